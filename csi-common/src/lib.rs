@@ -1,0 +1,21 @@
+//! What every CSI sidecar shares: the driver connection over a unix socket, identity calls and
+//! readiness probing, gRPC status classification, CSI call metrics and logging, the diagnostics
+//! HTTP server, Lease-based leader election, command-line flags, logging set-up, the Kubernetes
+//! client and shutdown signals.
+//!
+//! Rust counterpart of kubernetes-csi/csi-lib-utils. Nothing in this crate reads the process
+//! environment on its own, parses argv, or exits the process: binaries pass values in and decide
+//! what a returned error or a resolved loss signal means for the process.
+
+pub mod capabilities;
+pub mod connection;
+pub mod flags;
+pub mod http;
+pub mod identity;
+pub mod kube_client;
+pub mod leader;
+pub mod logging;
+pub mod metrics;
+pub mod rpc_log;
+pub mod shutdown;
+pub mod status;
