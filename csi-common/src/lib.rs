@@ -17,5 +17,6 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod rpc_log;
+pub mod runtime;
 pub mod shutdown;
 pub mod status;
