@@ -10,14 +10,18 @@
 //!
 //! Clients, servers (with default "unimplemented" method bodies) and message types
 //! are generated for every service. Messages implement [`prost::Name`], so callers
-//! can get their full protobuf name. Messages with a `csi_secret` field get no
-//! derived `Debug`, so a secret cannot reach a log through `{:?}` by accident.
+//! can get their full protobuf name. Messages with a `csi_secret` field have a
+//! hand-written `Debug` (module [`redact`]) that never prints the secret; for
+//! upstream-style JSON logging of any message see [`sanitize`].
 //!
 //! ```
 //! use proto::csi::v1::{ProbeRequest, identity_client::IdentityClient};
 //! # fn _unused(_: Option<IdentityClient<tonic::transport::Channel>>) {}
 //! let _request = ProbeRequest {};
 //! ```
+
+pub mod redact;
+pub mod sanitize;
 
 /// Container Storage Interface definitions.
 pub mod csi {
