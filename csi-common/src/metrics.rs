@@ -1,1 +1,605 @@
-//! (being written)
+//! CSI call metrics: the `csi_sidecar_operations_seconds` histogram and the process metrics
+//! upstream sidecars expose, in one registry per process (no global registry).
+//!
+//! Rust counterpart of csi-lib-utils `metrics.CSIMetricsManager`. Names, HELP texts, label names,
+//! label values and buckets are copied from what the upstream binaries serve, because dashboards
+//! and alerts match on them.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Counter, Gauge, Metric, MetricFamily, MetricType};
+use prometheus::{Encoder, HistogramOpts, HistogramVec, Registry, TextEncoder};
+
+use crate::status;
+
+/// Name of the CSI operations histogram.
+pub const OPERATIONS_METRIC: &str = "csi_sidecar_operations_seconds";
+
+/// `driver_name` label value used until the driver name is known (upstream's
+/// `unknown-driver`; the GetPluginInfo call that learns the name is recorded with it).
+pub const UNKNOWN_DRIVER: &str = "unknown-driver";
+
+/// `grpc_status_code` label value for a failed call that carried no gRPC status.
+pub const NON_GRPC_ERROR: &str = "unknown-non-grpc";
+
+/// Histogram buckets of `csi_sidecar_operations_seconds`, in seconds (csi-lib-utils
+/// `metrics.go`: CSI calls range from milliseconds to the ten-minute provisioning timeouts some
+/// drivers use).
+pub const OPERATION_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+];
+
+/// The Content-Type upstream's metrics handler answers with (Prometheus text format 0.0.4).
+pub const TEXT_CONTENT_TYPE: &str =
+    "text/plain; version=0.0.4; charset=utf-8; escaping=underscores";
+
+// component-base prefixes the HELP text of ALPHA metrics with "[ALPHA] ".
+const OPERATIONS_HELP: &str =
+    "[ALPHA] Container Storage Interface operation duration with gRPC error code status total";
+const START_TIME_HELP: &str = "[ALPHA] Start time of the process since unix epoch in seconds.";
+
+/// Which process metrics a sidecar exposes.
+///
+/// Upstream livenessprobe only registers `process_start_time_seconds` (csi-lib-utils adds it to
+/// its private registry); attacher, resizer and provisioner also serve Prometheus' Go process
+/// collector (`process_cpu_seconds_total`, `process_open_fds`, ...). Go runtime (`go_*`) families
+/// have no Rust equivalent and are not emulated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProcessMetrics {
+    /// Only `process_start_time_seconds` (livenessprobe).
+    #[default]
+    StartTimeOnly,
+    /// The full `process_*` set of the Go process collector (controller sidecars).
+    Full,
+}
+
+/// Errors building the metrics registry.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A metric family could not be registered (a programming error: duplicate names).
+    #[error("cannot register metric")]
+    Register(#[source] prometheus::Error),
+    /// The registry could not be rendered as text.
+    #[error("cannot encode metrics")]
+    Encode(#[source] prometheus::Error),
+}
+
+/// Result type of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The CSI metrics of one sidecar process: cheap to clone, shared by the gRPC layer that records
+/// every call and the HTTP server that renders it.
+#[derive(Clone, Debug)]
+pub struct CsiMetrics {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    registry: Registry,
+    operations: HistogramVec,
+    driver_name: RwLock<String>,
+}
+
+impl CsiMetrics {
+    /// Builds a registry with `csi_sidecar_operations_seconds` and the chosen process metrics.
+    ///
+    /// # Errors
+    /// Only if registration fails, which would be a programming error (duplicate families).
+    pub fn new(process: ProcessMetrics) -> Result<Self> {
+        let registry = Registry::new();
+        let operations = HistogramVec::new(
+            HistogramOpts::new(OPERATIONS_METRIC, OPERATIONS_HELP)
+                .buckets(OPERATION_BUCKETS.to_vec()),
+            &["driver_name", "method_name", "grpc_status_code"],
+        )
+        .map_err(Error::Register)?;
+        registry
+            .register(Box::new(operations.clone()))
+            .map_err(Error::Register)?;
+        registry
+            .register(Box::new(ProcessCollector::new(process)))
+            .map_err(Error::Register)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                registry,
+                operations,
+                driver_name: RwLock::new(UNKNOWN_DRIVER.to_owned()),
+            }),
+        })
+    }
+
+    /// Sets the `driver_name` label value for calls recorded from now on (csi-lib-utils
+    /// `SetDriverName`, called once GetPluginInfo answered).
+    pub fn set_driver_name(&self, name: &str) {
+        // A poisoned lock only means a panic elsewhere while writing a String; the value is
+        // still a whole String, so keep using it.
+        let mut guard = self
+            .inner
+            .driver_name
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        name.clone_into(&mut guard);
+    }
+
+    /// The current `driver_name` label value.
+    pub fn driver_name(&self) -> String {
+        self.inner
+            .driver_name
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records one finished CSI call.
+    ///
+    /// `method` is the full gRPC method (`/csi.v1.Identity/Probe`); `code` is the gRPC status the
+    /// call ended with, or `None` for an error that carried no status (`unknown-non-grpc`).
+    pub fn record_operation(&self, method: &str, code: Option<tonic::Code>, elapsed: Duration) {
+        let code = code.map_or(NON_GRPC_ERROR, status::code_name);
+        let driver = self.driver_name();
+        self.inner
+            .operations
+            .with_label_values(&[driver.as_str(), method, code])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The registry, for sidecars that add families of their own (controller, workqueue,
+    /// leader-election metrics).
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// Renders every family in the Prometheus text format upstream serves.
+    ///
+    /// # Errors
+    /// If a family cannot be encoded (a programming error, e.g. an invalid label value).
+    pub fn render(&self) -> Result<String> {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.inner.registry.gather(), &mut buf)
+            .map_err(Error::Encode)?;
+        // The text encoder only writes UTF-8.
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+}
+
+/// Reads the process metrics from procfs at every scrape, like Prometheus' Go process collector.
+#[derive(Debug)]
+struct ProcessCollector {
+    which: ProcessMetrics,
+    descs: Vec<Desc>,
+}
+
+/// (name, help, type) of every family the Go process collector serves, in its order.
+const PROCESS_FAMILIES: [(&str, &str, MetricType); 9] = [
+    (
+        "process_cpu_seconds_total",
+        "Total user and system CPU time spent in seconds.",
+        MetricType::COUNTER,
+    ),
+    (
+        "process_max_fds",
+        "Maximum number of open file descriptors.",
+        MetricType::GAUGE,
+    ),
+    (
+        "process_network_receive_bytes_total",
+        "Number of bytes received by the process over the network.",
+        MetricType::COUNTER,
+    ),
+    (
+        "process_network_transmit_bytes_total",
+        "Number of bytes sent by the process over the network.",
+        MetricType::COUNTER,
+    ),
+    (
+        "process_open_fds",
+        "Number of open file descriptors.",
+        MetricType::GAUGE,
+    ),
+    (
+        "process_resident_memory_bytes",
+        "Resident memory size in bytes.",
+        MetricType::GAUGE,
+    ),
+    // The first registry wins on duplicates upstream, and csi-lib-utils' own registry (with the
+    // ALPHA help) comes first.
+    (
+        "process_start_time_seconds",
+        START_TIME_HELP,
+        MetricType::GAUGE,
+    ),
+    (
+        "process_virtual_memory_bytes",
+        "Virtual memory size in bytes.",
+        MetricType::GAUGE,
+    ),
+    (
+        "process_virtual_memory_max_bytes",
+        "Maximum amount of virtual memory available in bytes.",
+        MetricType::GAUGE,
+    ),
+];
+
+impl ProcessCollector {
+    fn new(which: ProcessMetrics) -> Self {
+        let descs = Self::families(which)
+            .filter_map(|(name, help, _)| {
+                Desc::new(
+                    (*name).to_owned(),
+                    (*help).to_owned(),
+                    vec![],
+                    std::collections::HashMap::default(),
+                )
+                .ok()
+            })
+            .collect();
+        Self { which, descs }
+    }
+
+    fn families(
+        which: ProcessMetrics,
+    ) -> impl Iterator<Item = &'static (&'static str, &'static str, MetricType)> {
+        PROCESS_FAMILIES.iter().filter(move |(name, _, _)| {
+            which == ProcessMetrics::Full || *name == "process_start_time_seconds"
+        })
+    }
+}
+
+impl Collector for ProcessCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let sample = procfs::sample();
+        Self::families(self.which)
+            .filter_map(|(name, help, kind)| {
+                let value = sample.value(name)?;
+                let mut metric = Metric::default();
+                if *kind == MetricType::COUNTER {
+                    let mut counter = Counter::default();
+                    counter.set_value(value);
+                    metric.set_counter(counter);
+                } else {
+                    let mut gauge = Gauge::default();
+                    gauge.set_value(value);
+                    metric.set_gauge(gauge);
+                }
+                let mut family = MetricFamily::default();
+                family.set_name((*name).to_owned());
+                family.set_help((*help).to_owned());
+                family.set_field_type(*kind);
+                family.set_metric(vec![metric]);
+                Some(family)
+            })
+            .collect()
+    }
+}
+
+/// Minimal procfs readers. Each value is optional: a family whose source cannot be read is left
+/// out of the scrape rather than reported as zero.
+mod procfs {
+    use std::fs;
+
+    /// Linux reports CPU times in USER_HZ ticks, fixed at 100 on every architecture Kubernetes
+    /// nodes run (it is part of the kernel ABI, independent of CONFIG_HZ).
+    const USER_HZ: f64 = 100.0;
+
+    #[derive(Debug, Default)]
+    pub(super) struct Sample {
+        cpu_seconds: Option<f64>,
+        max_fds: Option<f64>,
+        net_rx: Option<f64>,
+        net_tx: Option<f64>,
+        open_fds: Option<f64>,
+        rss_bytes: Option<f64>,
+        start_time: Option<f64>,
+        vsize: Option<f64>,
+        vsize_max: Option<f64>,
+    }
+
+    impl Sample {
+        pub(super) fn value(&self, name: &str) -> Option<f64> {
+            match name {
+                "process_cpu_seconds_total" => self.cpu_seconds,
+                "process_max_fds" => self.max_fds,
+                "process_network_receive_bytes_total" => self.net_rx,
+                "process_network_transmit_bytes_total" => self.net_tx,
+                "process_open_fds" => self.open_fds,
+                "process_resident_memory_bytes" => self.rss_bytes,
+                "process_start_time_seconds" => self.start_time,
+                "process_virtual_memory_bytes" => self.vsize,
+                "process_virtual_memory_max_bytes" => self.vsize_max,
+                _ => None,
+            }
+        }
+    }
+
+    pub(super) fn sample() -> Sample {
+        let mut sample = Sample::default();
+        if let Ok(stat) = fs::read_to_string("/proc/self/stat") {
+            let fields = stat_fields(&stat);
+            let field = |n: usize| fields.get(n).and_then(|f| f.parse::<f64>().ok());
+            // Field numbers from proc(5), counted from 1 with comm as field 2.
+            if let (Some(utime), Some(stime)) = (field(14), field(15)) {
+                sample.cpu_seconds = Some((utime + stime) / USER_HZ);
+            }
+            sample.vsize = field(23);
+            let boot_time = fs::read_to_string("/proc/stat")
+                .ok()
+                .and_then(|s| parse_boot_time(&s));
+            if let (Some(start_ticks), Some(btime)) = (field(22), boot_time) {
+                sample.start_time = Some(btime + start_ticks / USER_HZ);
+            }
+        }
+        if let Ok(status) = fs::read_to_string("/proc/self/status") {
+            sample.rss_bytes = parse_status_kib(&status, "VmRSS:").map(|kib| kib * 1024.0);
+        }
+        if let Ok(limits) = fs::read_to_string("/proc/self/limits") {
+            sample.max_fds = parse_limit(&limits, "Max open files");
+            sample.vsize_max = parse_limit(&limits, "Max address space");
+        }
+        if let Ok(entries) = fs::read_dir("/proc/self/fd") {
+            // usize -> f64 is exact for any realistic descriptor count.
+            #[allow(clippy::cast_precision_loss)]
+            let count = entries.count() as f64;
+            sample.open_fds = Some(count);
+        }
+        if let Ok(dev) = fs::read_to_string("/proc/self/net/dev") {
+            (sample.net_rx, sample.net_tx) = parse_net_dev(&dev);
+        }
+        sample
+    }
+
+    /// Splits /proc/self/stat into 1-based fields; the command name (field 2) may contain spaces
+    /// and parentheses, so everything up to the last ')' is one field.
+    pub(super) fn stat_fields(stat: &str) -> Vec<&str> {
+        let mut fields = vec![""];
+        if let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) {
+            fields.push(stat[..open].trim());
+            fields.push(&stat[open + 1..close]);
+            fields.extend(stat[close + 1..].split_whitespace());
+        }
+        // Shift so that index n is field n (pid is field 1).
+        fields.remove(0);
+        fields.insert(0, "");
+        fields
+    }
+
+    pub(super) fn parse_boot_time(stat: &str) -> Option<f64> {
+        stat.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    pub(super) fn parse_status_kib(status: &str, key: &str) -> Option<f64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    /// The soft limit of one /proc/self/limits row; "unlimited" is reported as u64::MAX, which
+    /// is what Go's procfs (and so the upstream scrape: 1.8446744073709552e+19) reports.
+    pub(super) fn parse_limit(limits: &str, row: &str) -> Option<f64> {
+        let rest = limits.lines().find_map(|l| l.strip_prefix(row))?;
+        let soft = rest.split_whitespace().next()?;
+        if soft == "unlimited" {
+            #[allow(clippy::cast_precision_loss)]
+            return Some(u64::MAX as f64);
+        }
+        soft.parse().ok()
+    }
+
+    /// Sums received and transmitted bytes over every interface of the process' network
+    /// namespace, as Go's procfs `NetDev.Total` does.
+    pub(super) fn parse_net_dev(dev: &str) -> (Option<f64>, Option<f64>) {
+        let mut rx = 0.0;
+        let mut tx = 0.0;
+        let mut any = false;
+        for line in dev.lines().skip(2) {
+            let Some((_, counters)) = line.split_once(':') else {
+                continue;
+            };
+            let cols: Vec<f64> = counters
+                .split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect();
+            if let (Some(r), Some(t)) = (cols.first(), cols.get(8)) {
+                rx += r;
+                tx += t;
+                any = true;
+            }
+        }
+        if any {
+            (Some(rx), Some(tx))
+        } else {
+            (None, None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines of the rendered text that belong to one family, with sample values removed so the
+    /// comparison pins names, labels and buckets but not timings.
+    fn shape(text: &str, family: &str) -> Vec<String> {
+        text.lines()
+            .filter(|l| {
+                l.starts_with(family)
+                    || l.starts_with(&format!("# HELP {family} "))
+                    || l.starts_with(&format!("# TYPE {family} "))
+            })
+            .map(|l| {
+                if l.starts_with('#') {
+                    l.to_owned()
+                } else {
+                    l.rsplit_once(' ')
+                        .map_or(l, |(series, _)| series)
+                        .to_owned()
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn operations_histogram_matches_upstream_names_labels_and_buckets() {
+        let metrics = CsiMetrics::new(ProcessMetrics::StartTimeOnly).unwrap();
+        metrics.record_operation(
+            "/csi.v1.Identity/GetPluginInfo",
+            Some(tonic::Code::Ok),
+            Duration::from_millis(4),
+        );
+        metrics.set_driver_name("hostpath.csi.k8s.io");
+        metrics.record_operation(
+            "/csi.v1.Identity/Probe",
+            Some(tonic::Code::DeadlineExceeded),
+            Duration::from_secs(3),
+        );
+        let text = metrics.render().unwrap();
+
+        // Captured from upstream livenessprobe v2.19.0 (shared/fixtures/metrics), values cut.
+        let mut expected = vec![
+            "# HELP csi_sidecar_operations_seconds [ALPHA] Container Storage Interface operation duration with gRPC error code status total".to_owned(),
+            "# TYPE csi_sidecar_operations_seconds histogram".to_owned(),
+        ];
+        for (driver, code, method) in [
+            (
+                "hostpath.csi.k8s.io",
+                "DeadlineExceeded",
+                "/csi.v1.Identity/Probe",
+            ),
+            ("unknown-driver", "OK", "/csi.v1.Identity/GetPluginInfo"),
+        ] {
+            let labels = format!(
+                "driver_name=\"{driver}\",grpc_status_code=\"{code}\",method_name=\"{method}\""
+            );
+            for le in [
+                "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "15", "25", "50", "120", "300", "600",
+                "+Inf",
+            ] {
+                expected.push(format!(
+                    "csi_sidecar_operations_seconds_bucket{{{labels},le=\"{le}\"}}"
+                ));
+            }
+            expected.push(format!("csi_sidecar_operations_seconds_sum{{{labels}}}"));
+            expected.push(format!("csi_sidecar_operations_seconds_count{{{labels}}}"));
+        }
+        assert_eq!(shape(&text, "csi_sidecar_operations_seconds"), expected);
+        assert!(text.contains(
+            "csi_sidecar_operations_seconds_count{driver_name=\"hostpath.csi.k8s.io\",grpc_status_code=\"DeadlineExceeded\",method_name=\"/csi.v1.Identity/Probe\"} 1"
+        ));
+        assert!(text.contains(
+            "csi_sidecar_operations_seconds_bucket{driver_name=\"hostpath.csi.k8s.io\",grpc_status_code=\"DeadlineExceeded\",method_name=\"/csi.v1.Identity/Probe\",le=\"2.5\"} 0"
+        ));
+    }
+
+    #[test]
+    fn a_call_without_grpc_status_is_labelled_unknown_non_grpc() {
+        let metrics = CsiMetrics::new(ProcessMetrics::StartTimeOnly).unwrap();
+        metrics.record_operation("/csi.v1.Identity/Probe", None, Duration::from_millis(1));
+        let text = metrics.render().unwrap();
+        assert!(
+            text.contains("grpc_status_code=\"unknown-non-grpc\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn livenessprobe_registry_has_only_start_time_besides_operations() {
+        let metrics = CsiMetrics::new(ProcessMetrics::StartTimeOnly).unwrap();
+        let text = metrics.render().unwrap();
+        let families: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .collect();
+        assert_eq!(families, ["process_start_time_seconds gauge"]);
+        assert!(text.contains(
+            "# HELP process_start_time_seconds [ALPHA] Start time of the process since unix epoch in seconds."
+        ));
+        let value: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_start_time_seconds "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        // Started after 2020 and not in the future by more than a day: a real epoch timestamp.
+        assert!(value > 1.6e9, "{value}");
+    }
+
+    #[test]
+    fn full_process_metrics_have_the_go_collector_names_help_and_types() {
+        let metrics = CsiMetrics::new(ProcessMetrics::Full).unwrap();
+        let text = metrics.render().unwrap();
+        let expected = [
+            "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.",
+            "# TYPE process_cpu_seconds_total counter",
+            "# HELP process_max_fds Maximum number of open file descriptors.",
+            "# TYPE process_max_fds gauge",
+            "# HELP process_network_receive_bytes_total Number of bytes received by the process over the network.",
+            "# TYPE process_network_receive_bytes_total counter",
+            "# HELP process_network_transmit_bytes_total Number of bytes sent by the process over the network.",
+            "# TYPE process_network_transmit_bytes_total counter",
+            "# HELP process_open_fds Number of open file descriptors.",
+            "# TYPE process_open_fds gauge",
+            "# HELP process_resident_memory_bytes Resident memory size in bytes.",
+            "# TYPE process_resident_memory_bytes gauge",
+            "# HELP process_start_time_seconds [ALPHA] Start time of the process since unix epoch in seconds.",
+            "# TYPE process_start_time_seconds gauge",
+            "# HELP process_virtual_memory_bytes Virtual memory size in bytes.",
+            "# TYPE process_virtual_memory_bytes gauge",
+            "# HELP process_virtual_memory_max_bytes Maximum amount of virtual memory available in bytes.",
+            "# TYPE process_virtual_memory_max_bytes gauge",
+        ];
+        let comments: Vec<&str> = text.lines().filter(|l| l.starts_with('#')).collect();
+        assert_eq!(comments, expected);
+        let rss: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rss > 0.0);
+    }
+
+    #[test]
+    fn procfs_parsers_read_the_kernel_formats() {
+        let stat = "42 (my (odd) cmd) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 4 0 1000 123456 789";
+        let fields = procfs::stat_fields(stat);
+        assert_eq!(fields[1], "42");
+        assert_eq!(fields[2], "my (odd) cmd");
+        assert_eq!(fields[3], "S");
+        assert_eq!(fields[14], "250");
+        assert_eq!(fields[15], "50");
+        assert_eq!(fields[22], "1000");
+        assert_eq!(fields[23], "123456");
+
+        assert_eq!(
+            procfs::parse_boot_time("cpu 1 2\nbtime 1700000000\n"),
+            Some(1.7e9)
+        );
+        assert_eq!(
+            procfs::parse_status_kib("Name:\tx\nVmRSS:\t  2048 kB\n", "VmRSS:"),
+            Some(2048.0)
+        );
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max open files            20000                20000                files\n\
+                      Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(procfs::parse_limit(limits, "Max open files"), Some(20000.0));
+        #[allow(clippy::cast_precision_loss)]
+        let max = u64::MAX as f64;
+        assert_eq!(procfs::parse_limit(limits, "Max address space"), Some(max));
+        let dev = "Inter-|   Receive                                                |  Transmit\n \
+                   face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+                   lo:  100 1 0 0 0 0 0 0  100 1 0 0 0 0 0 0\n  \
+                   eth0: 5000 9 0 0 0 0 0 0 700 4 0 0 0 0 0 0\n";
+        assert_eq!(procfs::parse_net_dev(dev), (Some(5100.0), Some(800.0)));
+    }
+}
