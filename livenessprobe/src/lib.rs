@@ -1,1 +1,231 @@
-//! placeholder
+//! livenessprobe: serves `/healthz` for the kubelet liveness probe of the CSI driver container.
+//!
+//! Each `/healthz` request opens a fresh connection to the driver socket and calls CSI
+//! `Identity/Probe`, all within `--probe-timeout`: 200 `ok` when the driver is ready, 500 with
+//! the reason otherwise. A fresh connection per request is deliberate (upstream #68: a cached
+//! connection reported "healthy" after the socket was gone). The HTTP port only opens once the
+//! driver answered GetPluginInfo, so while the driver is missing kubelet sees "connection
+//! refused" instead of a crash-looping probe (upstream #236/#240).
+
+pub mod args;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::any;
+use csi_common::connection::{self, ConnectOptions, CsiAddress};
+use csi_common::http::{self as diag, Listener};
+use csi_common::identity::{self, ProbeOutcome};
+use csi_common::metrics::{CsiMetrics, ProcessMetrics};
+use csi_common::status;
+
+/// Everything livenessprobe needs to run, validated from the flags by [`args`].
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The driver socket.
+    pub csi_address: CsiAddress,
+    /// Budget of one `/healthz` request: connect plus Probe.
+    pub probe_timeout: Duration,
+    /// Where `/healthz` is served: `--http-endpoint`, else `:<--health-port>`.
+    pub health_address: String,
+    /// Whether metrics share the health server (only with `--http-endpoint`).
+    pub serve_metrics_on_health: bool,
+    /// The deprecated separate metrics listener (`--metrics-address`).
+    pub metrics_address: Option<String>,
+    /// `--metrics-path`.
+    pub metrics_path: String,
+    /// Log every CSI call with its (secret-stripped) messages (`-v=5`).
+    pub log_grpc_calls: bool,
+}
+
+/// Why livenessprobe stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The start-up GetPluginInfo failed or returned an empty name.
+    #[error("failed to get CSI driver name")]
+    DriverName(#[source] identity::Error),
+    /// The driver socket could not be connected (only with a bounded connect timeout).
+    #[error("failed to connect to the CSI driver")]
+    Connect(#[source] connection::Error),
+    /// A listener could not be opened or failed while serving.
+    #[error("diagnostics HTTP server failed")]
+    Http(#[source] diag::Error),
+    /// The metrics registry could not be built.
+    #[error("cannot build the metrics registry")]
+    Metrics(#[source] csi_common::metrics::Error),
+}
+
+/// Runs livenessprobe until `shutdown` resolves.
+///
+/// # Errors
+/// See [`Error`]; `main` turns every one of them into exit code 1.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let metrics = CsiMetrics::new(ProcessMetrics::StartTimeOnly).map_err(Error::Metrics)?;
+
+    // Upstream waits for the driver with no deadline and asks its name with no deadline either:
+    // the probe must never crash-loop just because the driver starts slowly.
+    let options = ConnectOptions::default()
+        .with_connect_timeout(None)
+        .with_call_timeout(ConnectOptions::NO_CALL_TIMEOUT)
+        .with_call_logging(config.log_grpc_calls);
+    let (conn, _loss) = connection::connect(&config.csi_address, options, metrics.clone())
+        .await
+        .map_err(Error::Connect)?;
+    let info = identity::plugin_info(&conn, ConnectOptions::NO_CALL_TIMEOUT)
+        .await
+        .map_err(Error::DriverName)?;
+    drop(conn);
+    tracing::info!(driver = %info.name, "CSI driver name");
+    metrics.set_driver_name(&info.name);
+
+    let prober = Arc::new(Prober {
+        address: config.csi_address.clone(),
+        timeout: config.probe_timeout,
+        metrics: metrics.clone(),
+        log_calls: config.log_grpc_calls,
+    });
+    let mut health = Router::new().route(
+        "/healthz",
+        any(move || {
+            let prober = prober.clone();
+            async move { prober.healthz().await }
+        }),
+    );
+    if config.serve_metrics_on_health {
+        health = health.merge(diag::router(
+            Some((metrics.clone(), &config.metrics_path)),
+            None,
+        ));
+    } else {
+        health = health.fallback(|| std::future::ready(diag::not_found()));
+    }
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    let mut servers = tokio::task::JoinSet::new();
+    if let Some(address) = &config.metrics_address {
+        let listener = Listener::bind(address).await.map_err(Error::Http)?;
+        tracing::info!(%address, path = %config.metrics_path, "serving metrics");
+        let router = diag::router(Some((metrics.clone(), &config.metrics_path)), None);
+        servers.spawn(listener.serve(router, stopped()));
+    }
+    let listener = Listener::bind(&config.health_address)
+        .await
+        .map_err(Error::Http)?;
+    tracing::info!(address = %config.health_address, "serving /healthz");
+    servers.spawn(listener.serve(health, stopped()));
+
+    tokio::select! {
+        () = shutdown => {
+            let _ = stop_tx.send(true);
+            while servers.join_next().await.is_some() {}
+            Ok(())
+        }
+        Some(result) = servers.join_next() => {
+            // A server only ends by itself on an I/O error.
+            let _ = stop_tx.send(true);
+            match result {
+                Ok(served) => served.map_err(Error::Http),
+                Err(join) => Err(Error::Http(diag::Error::Serve(std::io::Error::other(join)))),
+            }
+        }
+    }
+}
+
+/// Answers one `/healthz` request.
+#[derive(Debug)]
+struct Prober {
+    address: CsiAddress,
+    timeout: Duration,
+    metrics: CsiMetrics,
+    log_calls: bool,
+}
+
+/// The body upstream answers when Probe says `ready: false`.
+pub const NOT_READY: &str = "driver responded but is not ready";
+
+/// The body upstream answers when the probe timeout passed (Go's `context.DeadlineExceeded`).
+pub const DEADLINE_EXCEEDED: &str = "context deadline exceeded";
+
+impl Prober {
+    async fn healthz(&self) -> Response {
+        let verdict = tokio::time::timeout(self.timeout, self.probe()).await;
+        let (status, body) = match verdict {
+            Ok(Ok(ProbeOutcome::Ready)) => (StatusCode::OK, "ok".to_owned()),
+            Ok(Ok(ProbeOutcome::NotReady)) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, NOT_READY.to_owned())
+            }
+            Ok(Err(reason)) => (StatusCode::INTERNAL_SERVER_ERROR, reason),
+            Err(_elapsed) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                DEADLINE_EXCEEDED.to_owned(),
+            ),
+        };
+        if status == StatusCode::OK {
+            tracing::debug!("health check succeeded");
+        } else {
+            tracing::error!(reason = %body, "health check failed");
+        }
+        // Upstream writes the body without a trailing newline and lets Go sniff text/plain.
+        let mut response = diag::text(status, body);
+        response
+            .headers_mut()
+            .remove(axum::http::header::X_CONTENT_TYPE_OPTIONS);
+        response
+    }
+
+    /// Connects afresh and calls Probe; the caller bounds the whole with the probe timeout.
+    async fn probe(&self) -> Result<ProbeOutcome, String> {
+        let options = ConnectOptions::default()
+            .with_connect_timeout(Some(self.timeout))
+            .with_call_timeout(self.timeout)
+            .with_call_logging(self.log_calls);
+        let (conn, _loss) = connection::connect(&self.address, options, self.metrics.clone())
+            .await
+            .map_err(|err| match err {
+                connection::Error::ConnectTimeout { .. } => DEADLINE_EXCEEDED.to_owned(),
+                connection::Error::InvalidAddress { .. } => error_chain(&err),
+            })?;
+        identity::probe(&conn, self.timeout)
+            .await
+            .map_err(|err| match &err {
+                identity::Error::Call { status, .. } => go_status_text(status),
+                identity::Error::EmptyDriverName => error_chain(&err),
+            })
+    }
+}
+
+/// A gRPC status as grpc-go's `status.Error` prints it, which is what upstream returns in the
+/// `/healthz` body and what existing log alerts match on.
+pub fn go_status_text(status: &tonic::Status) -> String {
+    format!(
+        "rpc error: code = {} desc = {}",
+        status::code_name(status.code()),
+        status.message()
+    )
+}
+
+/// An error and its sources joined with ": ", the way Go prints wrapped errors.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

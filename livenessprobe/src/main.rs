@@ -1,1 +1,71 @@
-fn main() {}
+//! The `livenessprobe` binary: parse flags, set up logging and the runtime, run.
+
+use std::process::ExitCode;
+
+use livenessprobe::Config;
+use livenessprobe::args::Args;
+
+fn main() -> ExitCode {
+    let args: Args = match csi_common::flags::parse(std::env::args_os()) {
+        Ok(args) => args,
+        // Usage errors exit 2 and --help exits 0, like Go's flag package.
+        Err(err) => err.exit(),
+    };
+    let _logging = match csi_common::logging::init(&args.logging) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("invalid logging configuration: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let automaxprocs = args.logging.automaxprocs;
+    let config = match Config::try_from(args) {
+        Ok(config) => config,
+        Err(err) => {
+            tracing::error!("{err}");
+            return ExitCode::from(1);
+        }
+    };
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        "livenessprobe starting"
+    );
+
+    let available = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let threads = csi_common::runtime::worker_threads(
+        automaxprocs,
+        std::path::Path::new("/sys/fs/cgroup"),
+        available,
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build();
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot start the async runtime");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async {
+        let shutdown = match csi_common::shutdown::signals() {
+            Ok(signals) => signals,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot install signal handlers");
+                return ExitCode::from(1);
+            }
+        };
+        let shutdown = async move {
+            let signal = shutdown.await;
+            tracing::info!(%signal, "shutting down");
+        };
+        match livenessprobe::run(config, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                tracing::error!(error = %livenessprobe::error_chain(&err), "livenessprobe failed");
+                ExitCode::from(1)
+            }
+        }
+    })
+}

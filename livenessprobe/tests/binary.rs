@@ -1,0 +1,274 @@
+//! Whole-binary tests: the real `livenessprobe` executable against the workspace's mock CSI
+//! driver on a temp-dir unix socket, observed over real HTTP the way kubelet probes it.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use testbed::http_client::{self, HttpResponse};
+use testbed::mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_livenessprobe");
+
+fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+fn driver_config() -> MockDriverConfig {
+    MockDriverConfig {
+        driver_name: "hostpath.csi.k8s.io".to_owned(),
+        ..MockDriverConfig::default()
+    }
+}
+
+struct Probe {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Probe {
+    /// Starts the binary serving on `--http-endpoint` with `extra` flags.
+    fn spawn(socket: &Path, extra: &[&str]) -> Self {
+        let addr = free_port();
+        let mut args = vec![
+            format!("--csi-address={}", socket.display()),
+            format!("--http-endpoint={addr}"),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        Self::spawn_args(addr, &args)
+    }
+
+    /// Starts the binary with exactly `args`; it is expected to listen on `addr`.
+    fn spawn_args(addr: SocketAddr, args: &[String]) -> Self {
+        let child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Self { child, addr }
+    }
+
+    async fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
+        http_client::get(self.addr, path, Duration::from_secs(10)).await
+    }
+
+    /// Polls until the HTTP port answers (it only opens once the driver answered
+    /// GetPluginInfo).
+    async fn wait_listening(&self) -> HttpResponse {
+        for _ in 0..200 {
+            if let Ok(response) = self.get("/healthz").await {
+                return response;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("livenessprobe never opened {}", self.addr);
+    }
+}
+
+async fn start_driver(dir: &Path) -> MockDriverHandle {
+    MockDriver::start(driver_config(), dir.join("csi.sock"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn healthy_not_ready_stopped_and_restarted_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start_driver(dir.path()).await;
+    let probe = Probe::spawn(driver.socket_path(), &["--probe-timeout=1s"]);
+
+    // Healthy: 200 with exactly "ok" (no newline), as upstream.
+    let response = probe.wait_listening().await;
+    assert_eq!((response.status, response.body.as_str()), (200, "ok"));
+    assert_eq!(
+        response.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+
+    // Probe answers ready=false: 500 with upstream's text.
+    driver.set_ready(Some(false));
+    let response = probe.get("/healthz").await.unwrap();
+    assert_eq!(response.status, 500);
+    assert_eq!(response.body, "driver responded but is not ready");
+
+    // An absent `ready` means ready (CSI spec).
+    driver.set_ready(None);
+    assert_eq!(probe.get("/healthz").await.unwrap().status, 200);
+
+    // Driver stopped (socket gone): 500 within the probe timeout.
+    driver.stop().await.unwrap();
+    let started = tokio::time::Instant::now();
+    let response = probe.get("/healthz").await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(response.status, 500, "{}", response.body);
+    assert!(!response.body.is_empty());
+    assert!(took < Duration::from_millis(1800), "took {took:?}");
+
+    // Driver back on the same socket: healthy again, without restarting the probe.
+    driver.restart().await.unwrap();
+    let response = probe.get("/healthz").await.unwrap();
+    assert_eq!((response.status, response.body.as_str()), (200, "ok"));
+}
+
+#[tokio::test]
+async fn a_probe_slower_than_the_timeout_answers_500_deadline_exceeded_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start_driver(dir.path()).await;
+    let probe = Probe::spawn(driver.socket_path(), &["--probe-timeout=500ms"]);
+    assert_eq!(probe.wait_listening().await.status, 200);
+
+    driver.inject(Fault::delay(Method::Probe, Duration::from_secs(5)));
+    let started = tokio::time::Instant::now();
+    let response = probe.get("/healthz").await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(response.status, 500);
+    assert!(
+        response.body.contains("DeadlineExceeded") || response.body == "context deadline exceeded",
+        "{}",
+        response.body
+    );
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+}
+
+#[tokio::test]
+async fn a_probe_error_is_reported_with_the_grpc_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start_driver(dir.path()).await;
+    let probe = Probe::spawn(driver.socket_path(), &[]);
+    assert_eq!(probe.wait_listening().await.status, 200);
+
+    driver.inject(Fault::error(
+        Method::Probe,
+        tonic::Code::FailedPrecondition,
+        "disk on fire",
+    ));
+    let response = probe.get("/healthz").await.unwrap();
+    assert_eq!(response.status, 500);
+    assert_eq!(
+        response.body,
+        "rpc error: code = FailedPrecondition desc = disk on fire"
+    );
+}
+
+#[tokio::test]
+async fn the_port_stays_closed_until_the_driver_socket_appears() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("csi.sock");
+    let probe = Probe::spawn(&socket, &[]);
+
+    // No driver: nothing listens, so kubelet sees connection refused (upstream #236/#240).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let refused = probe.get("/healthz").await.unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+
+    let _driver = start_driver(dir.path()).await;
+    let response = probe.wait_listening().await;
+    assert_eq!((response.status, response.body.as_str()), (200, "ok"));
+}
+
+#[tokio::test]
+async fn metrics_record_get_plugin_info_and_probe_like_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start_driver(dir.path()).await;
+    let probe = Probe::spawn(driver.socket_path(), &[]);
+    assert_eq!(probe.wait_listening().await.status, 200);
+    assert_eq!(probe.get("/healthz").await.unwrap().status, 200);
+
+    let metrics = probe.get("/metrics").await.unwrap();
+    assert_eq!(metrics.status, 200);
+    assert_eq!(
+        metrics.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8; escaping=underscores")
+    );
+    let body = metrics.body;
+    // The start-up call happens before the name is known (upstream labels it unknown-driver).
+    assert!(body.contains(
+        "csi_sidecar_operations_seconds_count{driver_name=\"unknown-driver\",grpc_status_code=\"OK\",method_name=\"/csi.v1.Identity/GetPluginInfo\"} 1"
+    ), "{body}");
+    assert!(body.contains(
+        "csi_sidecar_operations_seconds_count{driver_name=\"hostpath.csi.k8s.io\",grpc_status_code=\"OK\",method_name=\"/csi.v1.Identity/Probe\"} 2"
+    ), "{body}");
+    assert!(body.contains("# TYPE process_start_time_seconds gauge"));
+}
+
+#[tokio::test]
+async fn only_the_deprecated_health_port_serves_no_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start_driver(dir.path()).await;
+    let port = free_port().port();
+    // Single-dash spellings, as many manifests in the wild write them.
+    let probe = Probe::spawn_args(
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        &[
+            format!("-csi-address={}", driver.socket_path().display()),
+            format!("-health-port={port}"),
+        ],
+    );
+    assert_eq!(probe.wait_listening().await.status, 200);
+    let metrics = probe.get("/metrics").await.unwrap();
+    assert_eq!(
+        (metrics.status, metrics.body.as_str()),
+        (404, "404 page not found\n")
+    );
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_probe_with_exit_code_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start_driver(dir.path()).await;
+    let mut probe = Probe::spawn(driver.socket_path(), &[]);
+    assert_eq!(probe.wait_listening().await.status, 200);
+    let pid = probe.child.id().unwrap();
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(10), probe.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(exit.code(), Some(0));
+}
+
+async fn exit_code(args: &[&str]) -> Option<i32> {
+    let output = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    tokio::time::timeout(Duration::from_secs(10), output)
+        .await
+        .unwrap()
+        .unwrap()
+        .status
+        .code()
+}
+
+#[tokio::test]
+async fn flag_errors_exit_2_and_fatal_combinations_exit_1() {
+    for args in [
+        &["--version"][..],
+        &["--probe-timeout=fast"],
+        &["--no-such-flag"],
+        &["-leader-election"],
+        &["--logging-format=xml"],
+    ] {
+        assert_eq!(exit_code(args).await, Some(2), "{args:?}");
+    }
+    assert_eq!(exit_code(&["--help"]).await, Some(0));
+    for args in [
+        &["--http-endpoint=:0", "--metrics-address=:0"][..],
+        &["--http-endpoint=:0", "--health-port=1234"],
+        &["--csi-address=relative.sock"],
+    ] {
+        assert_eq!(exit_code(args).await, Some(1), "{args:?}");
+    }
+}
