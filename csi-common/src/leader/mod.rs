@@ -1,0 +1,927 @@
+//! Lease-based leader election (`coordination.k8s.io/v1`) that shares one lock with upstream Go
+//! replicas: Rust counterpart of csi-lib-utils `leaderelection` on top of client-go
+//! `tools/leaderelection`.
+//!
+//! The algorithm is client-go's, so a Go replica and a Rust replica can take turns on the same
+//! Lease during a rollout:
+//!
+//! * A candidate acquires the Lease when it does not exist, when `holderIdentity` is empty (a
+//!   released Lease), when the holder is this identity, or when the record has not changed for
+//!   `leaseDurationSeconds` **as observed by the local clock**. The Lease's own `renewTime` is
+//!   never compared with the local clock (clock skew between nodes must not matter); only a
+//!   change of the record restarts the local expiry timer. Failed attempts are retried after the
+//!   retry period plus up to 1.2 × retry period of random jitter.
+//! * The leader renews every retry period: first an optimistic PUT of the record it last wrote
+//!   (no GET); on failure (e.g. 409 Conflict) it falls back to GET + PUT. If no renewal
+//!   succeeds within the renew deadline, leadership is lost.
+//! * `leaseTransitions` is incremented whenever the holder changes; `acquireTime` is kept while
+//!   renewing; times are written as MicroTime (`2026-11-21T15:36:56.181130Z`).
+//!
+//! Unlike upstream, nothing here exits the process: [`LeaderElector::acquire`] returns a
+//! [`Leadership`] whose [`Leadership::lost`] resolves when renewals fail, and `main` decides to
+//! exit (upstream logs "Stopped leading" and exits 1).
+//!
+//! ```no_run
+//! # async fn run(client: kube::Client, registry: prometheus::Registry) -> anyhow::Result<()> {
+//! use csi_common::leader::{self, LeaderElectionConfig, LeaderElector};
+//!
+//! let config = LeaderElectionConfig::new(
+//!     leader::lease_name("external-resizer-hostpath.csi.k8s.io"),
+//!     "csi",
+//!     leader::identity("csi-resizer-0"),
+//! );
+//! let elector = LeaderElector::new(client, config)?;
+//! elector.register_metrics(&registry)?;
+//! let health = elector.health(); // served at /healthz/leader-election
+//! let mut leadership = elector.acquire().await;
+//! tokio::select! {
+//!     lost = leadership.lost() => return Err(lost.into()),
+//!     () = std::future::pending::<()>() => {} // run the controllers here
+//! }
+//! leadership.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod lock;
+mod rules;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+
+pub use lock::LockError;
+pub use rules::{
+    DEFAULT_NAMESPACE, MalformedLabel, POD_NAMESPACE_ENV, SERVICE_ACCOUNT_NAMESPACE_FILE, identity,
+    lease_name, merge_labels, namespace_from, parse_labels, resolve_namespace, sanitize,
+};
+
+use lock::{Lock, Record};
+
+/// Default `--leader-election-lease-duration` (csi-lib-utils).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+/// Default `--leader-election-renew-deadline` (csi-lib-utils).
+pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+/// Default `--leader-election-retry-period` (csi-lib-utils).
+pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(5);
+/// How long past the lease duration a leader may go without a successful renewal before the
+/// health check fails (csi-lib-utils `DefaultHealthCheckTimeout`).
+pub const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(20);
+/// HTTP path of the leader-election health check (csi-lib-utils `HealthCheckerAddress`).
+pub const HEALTH_CHECK_PATH: &str = "/healthz/leader-election";
+/// Maximum extra random delay between acquire attempts, as a multiple of the retry period
+/// (client-go `JitterFactor`); also the factor in the renew-deadline validation.
+pub const JITTER_FACTOR: f64 = 1.2;
+
+/// Name of the 0/1 leadership gauge (component-base leader-election metrics provider).
+pub const MASTER_STATUS_METRIC: &str = "leader_election_master_status";
+/// Name of the counter of renewals that needed the GET + PUT slow path.
+pub const SLOWPATH_METRIC: &str = "leader_election_slowpath_total";
+/// Value of the `name` label of both metrics: upstream's elector has no `Name`, so the label
+/// is empty (`leader_election_master_status{name=""}`), and dashboards match on that.
+pub const METRIC_NAME_LABEL_VALUE: &str = "";
+
+const MASTER_STATUS_HELP: &str = "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.";
+const SLOWPATH_HELP: &str = "[ALPHA] Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease. Please make sure to group by name.";
+
+/// Errors of leader election set-up and release.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The lease duration does not exceed the renew deadline (client-go validation; upstream
+    /// panics here).
+    #[error(
+        "leader election lease duration ({lease_duration:?}) must be greater than the renew deadline ({renew_deadline:?})"
+    )]
+    LeaseDurationNotAboveRenewDeadline {
+        /// Configured lease duration.
+        lease_duration: Duration,
+        /// Configured renew deadline.
+        renew_deadline: Duration,
+    },
+    /// The renew deadline does not exceed 1.2 × the retry period, so a renewal could not be
+    /// retried once before the deadline (client-go validation).
+    #[error(
+        "leader election renew deadline ({renew_deadline:?}) must be greater than the retry period ({retry_period:?}) times the jitter factor 1.2"
+    )]
+    RenewDeadlineNotAboveRetryPeriod {
+        /// Configured renew deadline.
+        renew_deadline: Duration,
+        /// Configured retry period.
+        retry_period: Duration,
+    },
+    /// The retry period is zero.
+    #[error("leader election retry period must be greater than zero")]
+    ZeroRetryPeriod,
+    /// The Lease name, namespace or identity is empty.
+    #[error("leader election {what} is empty")]
+    Empty {
+        /// Which value (`lease name`, `namespace`, `identity`).
+        what: &'static str,
+    },
+    /// The leader-election metrics could not be created or registered (for example registered
+    /// twice in one registry).
+    #[error("cannot register leader election metrics")]
+    Metrics(#[source] prometheus::Error),
+    /// Handing the Lease back on shutdown failed; the Lease then expires on its own.
+    #[error("cannot release lease {lease}")]
+    Release {
+        /// `<namespace>/<name>` of the Lease.
+        lease: String,
+        /// What went wrong.
+        #[source]
+        source: LockError,
+    },
+    /// The background renewal task panicked.
+    #[error("leader election renew task failed")]
+    RenewTask(#[source] tokio::task::JoinError),
+}
+
+/// Result type of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything one elector needs: which Lease, who we are, the timings and the labels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderElectionConfig {
+    /// Lease name, already sanitized (see [`lease_name`]).
+    pub lease_name: String,
+    /// Namespace of the Lease (see [`resolve_namespace`]).
+    pub namespace: String,
+    /// Holder identity written into the Lease (see [`identity`]).
+    pub identity: String,
+    /// How long a Lease whose record has not changed stays valid for other candidates
+    /// (`--leader-election-lease-duration`).
+    pub lease_duration: Duration,
+    /// How long the leader keeps retrying a failed renewal before giving up leadership
+    /// (`--leader-election-renew-deadline`).
+    pub renew_deadline: Duration,
+    /// Pause between attempts (`--leader-election-retry-period`).
+    pub retry_period: Duration,
+    /// Labels put on the Lease while this replica leads (`--leader-election-labels`).
+    pub labels: BTreeMap<String, String>,
+    /// Whether [`Leadership::release`] hands the Lease back (holder `""`) so a standby takes
+    /// over at once. Upstream sets this only with the `ReleaseLeaderElectionOnExit` feature gate.
+    pub release_on_cancel: bool,
+}
+
+impl LeaderElectionConfig {
+    /// A config with upstream's default timings (15 s / 10 s / 5 s), no labels and no release on
+    /// shutdown.
+    pub fn new(
+        lease_name: impl Into<String>,
+        namespace: impl Into<String>,
+        identity: impl Into<String>,
+    ) -> Self {
+        Self {
+            lease_name: lease_name.into(),
+            namespace: namespace.into(),
+            identity: identity.into(),
+            lease_duration: DEFAULT_LEASE_DURATION,
+            renew_deadline: DEFAULT_RENEW_DEADLINE,
+            retry_period: DEFAULT_RETRY_PERIOD,
+            labels: BTreeMap::new(),
+            release_on_cancel: false,
+        }
+    }
+
+    /// Checks what client-go `NewLeaderElector` checks, in the same order: lease duration >
+    /// renew deadline > 1.2 × retry period, non-zero retry period, identity non-empty (plus a
+    /// non-empty Lease name and namespace, which upstream only finds out from the API server).
+    pub fn validate(&self) -> Result<()> {
+        if self.lease_duration <= self.renew_deadline {
+            return Err(Error::LeaseDurationNotAboveRenewDeadline {
+                lease_duration: self.lease_duration,
+                renew_deadline: self.renew_deadline,
+            });
+        }
+        let jittered_retry =
+            Duration::try_from_secs_f64(self.retry_period.as_secs_f64() * JITTER_FACTOR)
+                .unwrap_or(Duration::MAX);
+        if self.renew_deadline <= jittered_retry {
+            return Err(Error::RenewDeadlineNotAboveRetryPeriod {
+                renew_deadline: self.renew_deadline,
+                retry_period: self.retry_period,
+            });
+        }
+        // The two checks above already imply a non-zero lease duration and renew deadline.
+        if self.retry_period.is_zero() {
+            return Err(Error::ZeroRetryPeriod);
+        }
+        for (what, value) in [
+            ("lease name", &self.lease_name),
+            ("namespace", &self.namespace),
+            ("identity", &self.identity),
+        ] {
+            if value.is_empty() {
+                return Err(Error::Empty { what });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the elector last observed, shared with the health check and the metrics.
+#[derive(Debug, Default)]
+struct Observed {
+    record: Record,
+    /// Local time the record was last seen to change (client-go `observedTime`); `None` before
+    /// the first observation.
+    at: Option<Instant>,
+}
+
+/// State shared between the election loop, [`LeaderHealth`] and [`Leadership`].
+#[derive(Debug)]
+struct Shared {
+    lease: String,
+    lease_name: String,
+    identity: String,
+    lease_duration: Duration,
+    observed: Mutex<Observed>,
+    leading: watch::Sender<bool>,
+    master_status: IntGaugeVec,
+    slowpath: IntCounterVec,
+}
+
+impl Shared {
+    fn observed(&self) -> MutexGuard<'_, Observed> {
+        // The guarded data stays consistent even if a holder panicked: every write replaces
+        // both fields at once.
+        self.observed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn observed_record(&self) -> Record {
+        self.observed().record.clone()
+    }
+
+    fn set_observed(&self, record: Record) {
+        let mut observed = self.observed();
+        observed.record = record;
+        observed.at = Some(Instant::now());
+    }
+
+    /// client-go `IsLeader`: the last observed record names this identity.
+    fn is_leader(&self) -> bool {
+        self.observed().record.holder_identity == self.identity
+    }
+
+    /// client-go `isLeaseValid`: the observed record has not gone unchanged for its own
+    /// `leaseDurationSeconds` of local time.
+    fn lease_valid(&self, now: Instant) -> bool {
+        let observed = self.observed();
+        let secs = u64::try_from(observed.record.lease_duration_seconds).unwrap_or(0);
+        observed
+            .at
+            .is_some_and(|at| at + Duration::from_secs(secs) > now)
+    }
+
+    fn set_leading(&self, leading: bool) {
+        self.leading.send_replace(leading);
+        self.master_status
+            .with_label_values(&[METRIC_NAME_LABEL_VALUE])
+            .set(i64::from(leading));
+    }
+}
+
+/// The leader-election health check served at [`HEALTH_CHECK_PATH`]; cheap to clone.
+///
+/// Rust counterpart of client-go `HealthzAdaptor` with csi-lib-utils' 20 s tolerance.
+#[derive(Clone, Debug)]
+pub struct LeaderHealth {
+    shared: Arc<Shared>,
+    tolerance: Duration,
+}
+
+impl LeaderHealth {
+    /// `Ok` while this replica is not the holder (standbys are healthy) or its last successful
+    /// renewal is at most lease duration + [`HEALTH_CHECK_TIMEOUT`] old; otherwise
+    /// `Err("failed election to renew leadership on lease <name>")`, so kubelet restarts a
+    /// leader whose election loop is wedged (csi-lib-utils #66).
+    ///
+    /// Upstream prints an empty lease name in that message (its elector has no `Name`); this
+    /// prints the real one.
+    pub fn check(&self) -> Result<(), String> {
+        let observed = self.shared.observed();
+        if observed.record.holder_identity != self.shared.identity {
+            return Ok(());
+        }
+        let Some(at) = observed.at else {
+            return Ok(());
+        };
+        if at.elapsed() > self.shared.lease_duration + self.tolerance {
+            return Err(format!(
+                "failed election to renew leadership on lease {}",
+                self.shared.lease_name
+            ));
+        }
+        Ok(())
+    }
+
+    /// The same check with a different tolerance past the lease duration.
+    #[must_use]
+    pub fn with_tolerance(mut self, tolerance: Duration) -> Self {
+        self.tolerance = tolerance;
+        self
+    }
+}
+
+/// Why a [`Leadership`] ended without [`Leadership::release`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LostReason {
+    /// No renewal succeeded within the renew deadline (upstream: "failed to renew lease", then
+    /// "Stopped leading").
+    #[error("no renewal succeeded within the renew deadline of {renew_deadline:?}{}", last_error_suffix(.last_error.as_deref()))]
+    RenewDeadlineExceeded {
+        /// The configured renew deadline.
+        renew_deadline: Duration,
+        /// Why the last attempt failed, when one finished before the deadline.
+        last_error: Option<String>,
+    },
+    /// The renewal task ended without reporting (it panicked or was aborted).
+    #[error("the renewal task ended unexpectedly")]
+    RenewTaskEnded,
+}
+
+fn last_error_suffix(last_error: Option<&str>) -> String {
+    last_error
+        .map(|e| format!(" (last attempt: {e})"))
+        .unwrap_or_default()
+}
+
+/// Leadership was lost; `main` should stop its controllers and exit (upstream exits 1).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("stopped leading lease {lease}")]
+pub struct LeadershipLost {
+    /// `<namespace>/<name>` of the Lease.
+    pub lease: String,
+    /// What happened.
+    #[source]
+    pub reason: LostReason,
+}
+
+/// A candidate for one Lease. Build it, hand out [`health`](Self::health) and
+/// [`register_metrics`](Self::register_metrics), then [`acquire`](Self::acquire).
+pub struct LeaderElector {
+    core: Core,
+}
+
+impl fmt::Debug for LeaderElector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderElector")
+            .field("lease", &self.core.shared.lease)
+            .field("identity", &self.core.shared.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaderElector {
+    /// Validates `config` (see [`LeaderElectionConfig::validate`]) and prepares an elector that
+    /// talks to the API through `client`.
+    ///
+    /// Give it its own client (a second [`crate::kube_client::client`] call): upstream uses a
+    /// dedicated clientset so throttling of the main client cannot starve renewals.
+    pub fn new(client: kube::Client, config: LeaderElectionConfig) -> Result<Self> {
+        config.validate()?;
+        let master_status = IntGaugeVec::new(
+            Opts::new(MASTER_STATUS_METRIC, MASTER_STATUS_HELP),
+            &["name"],
+        )
+        .map_err(Error::Metrics)?;
+        let slowpath = IntCounterVec::new(Opts::new(SLOWPATH_METRIC, SLOWPATH_HELP), &["name"])
+            .map_err(Error::Metrics)?;
+        let lock = Lock::new(
+            client,
+            &config.namespace,
+            &config.lease_name,
+            &config.identity,
+            config.labels.clone(),
+        );
+        let shared = Arc::new(Shared {
+            lease: lock.describe(),
+            lease_name: config.lease_name.clone(),
+            identity: config.identity.clone(),
+            lease_duration: config.lease_duration,
+            observed: Mutex::new(Observed::default()),
+            leading: watch::Sender::new(false),
+            master_status,
+            slowpath,
+        });
+        // client-go reports "not leader" as soon as the elector exists.
+        shared.set_leading(false);
+        Ok(Self {
+            core: Core {
+                lock,
+                config,
+                shared,
+                observed_raw: None,
+                reported_leader: String::new(),
+                last_failure: None,
+            },
+        })
+    }
+
+    /// The health check for [`HEALTH_CHECK_PATH`], with upstream's 20 s tolerance.
+    pub fn health(&self) -> LeaderHealth {
+        LeaderHealth {
+            shared: Arc::clone(&self.core.shared),
+            tolerance: HEALTH_CHECK_TIMEOUT,
+        }
+    }
+
+    /// Whether this replica currently leads, as a watch (true from acquisition until loss or
+    /// release), e.g. for readiness or logging.
+    pub fn leading(&self) -> watch::Receiver<bool> {
+        self.core.shared.leading.subscribe()
+    }
+
+    /// Registers `leader_election_master_status{name=""}` (0 standby, 1 leader) and
+    /// `leader_election_slowpath_total{name=""}` in `registry`. Call once per registry.
+    pub fn register_metrics(&self, registry: &Registry) -> Result<()> {
+        registry
+            .register(Box::new(self.core.shared.master_status.clone()))
+            .map_err(Error::Metrics)?;
+        registry
+            .register(Box::new(self.core.shared.slowpath.clone()))
+            .map_err(Error::Metrics)
+    }
+
+    /// Waits until this replica holds the Lease, then starts renewing it in a background task
+    /// and returns the [`Leadership`].
+    ///
+    /// Like client-go, every failure (API errors, 403, conflicts) is logged and retried after
+    /// the jittered retry period, forever; to give up (e.g. on SIGTERM), drop this future.
+    /// Must run inside a tokio runtime.
+    pub async fn acquire(self) -> Leadership {
+        let mut core = self.core;
+        info!(lease = %core.shared.lease, "attempting to acquire leader lease");
+        loop {
+            let acquired = core.try_acquire_or_renew().await;
+            core.maybe_report_transition();
+            if acquired {
+                break;
+            }
+            debug!(lease = %core.shared.lease, "failed to acquire lease");
+            tokio::time::sleep(jittered(core.config.retry_period, unit_random())).await;
+        }
+        core.spawn_event("became leader");
+        core.shared.set_leading(true);
+        info!(lease = %core.shared.lease, "successfully acquired lease");
+
+        let shared = Arc::clone(&core.shared);
+        let release_on_cancel = core.config.release_on_cancel;
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (lost_tx, lost_rx) = watch::channel(None);
+        let task = tokio::spawn(core.renew(stop_rx, lost_tx));
+        Leadership {
+            shared,
+            release_on_cancel,
+            stop: Some(stop_tx),
+            task: Some(task),
+            lost: lost_rx,
+        }
+    }
+}
+
+/// This replica holds the Lease and a background task keeps renewing it.
+///
+/// Run the controllers while awaiting [`lost`](Self::lost); on clean shutdown call
+/// [`release`](Self::release). Dropping it stops renewing at once (the Lease then expires after
+/// the lease duration).
+pub struct Leadership {
+    shared: Arc<Shared>,
+    release_on_cancel: bool,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<(Core, bool)>>,
+    lost: watch::Receiver<Option<LeadershipLost>>,
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("lease", &self.shared.lease)
+            .field("identity", &self.shared.identity)
+            .field("leading", &*self.shared.leading.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Leadership {
+    /// Resolves when leadership is lost: no renewal succeeded within the renew deadline (or
+    /// the renewal task died). Cancel-safe, so it can sit in a `select!` loop; resolves
+    /// immediately on every call after the loss.
+    pub async fn lost(&mut self) -> LeadershipLost {
+        let lease = self.shared.lease.clone();
+        match self.lost.wait_for(Option::is_some).await {
+            Ok(lost) => lost.clone().unwrap_or(LeadershipLost {
+                lease,
+                reason: LostReason::RenewTaskEnded,
+            }),
+            Err(_) => LeadershipLost {
+                lease,
+                reason: LostReason::RenewTaskEnded,
+            },
+        }
+    }
+
+    /// Whether this replica still leads (false once renewals have failed past the deadline).
+    pub fn is_leader(&self) -> bool {
+        *self.shared.leading.borrow()
+    }
+
+    /// Whether this replica leads, as a watch.
+    pub fn leading(&self) -> watch::Receiver<bool> {
+        self.shared.leading.subscribe()
+    }
+
+    /// Ends this term on clean shutdown, after the controllers have stopped: stops renewing
+    /// and, when [`LeaderElectionConfig::release_on_cancel`] is set, hands the Lease back the
+    /// way client-go `release()` does (same Lease, `holderIdentity: ""`,
+    /// `leaseDurationSeconds: 1`, `acquireTime`/`renewTime` now, `leaseTransitions` kept) so a
+    /// standby takes over on its next attempt instead of waiting out the lease duration.
+    /// Without that flag the Lease is left to expire, as upstream does by default. Either way
+    /// a "stopped leading" Event is posted.
+    ///
+    /// Nothing is written if the Lease no longer names this replica.
+    pub async fn release(mut self) -> Result<()> {
+        if let Some(stop) = self.stop.take() {
+            // The task may already have ended after a loss; then nobody listens.
+            let _ = stop.send(());
+        }
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        let (mut core, lost) = task.await.map_err(Error::RenewTask)?;
+        let result = if self.release_on_cancel {
+            core.release().await.map_err(|source| Error::Release {
+                lease: core.shared.lease.clone(),
+                source,
+            })
+        } else {
+            Ok(())
+        };
+        if !lost {
+            // The process is about to exit, so post inline (bounded) instead of spawning.
+            core.post_event("stopped leading", core.config.retry_period)
+                .await;
+        }
+        result
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            self.shared.set_leading(false);
+        }
+    }
+}
+
+/// The election loop's own state (client-go `LeaderElector` minus the shared parts).
+struct Core {
+    lock: Lock,
+    config: LeaderElectionConfig,
+    shared: Arc<Shared>,
+    /// Last record read from the API (client-go `observedRawRecord`); only a difference to this
+    /// restarts the local expiry timer.
+    observed_raw: Option<Record>,
+    /// Last holder reported in the logs (client-go `reportedLeader`).
+    reported_leader: String,
+    /// Why the last attempt failed, for the loss report.
+    last_failure: Option<String>,
+}
+
+impl Core {
+    /// One attempt of client-go `tryAcquireOrRenew`; true when this replica now holds the Lease.
+    async fn try_acquire_or_renew(&mut self) -> bool {
+        let now_wall = Timestamp::now();
+        let now = Instant::now();
+        let mut desired = Record {
+            holder_identity: self.config.identity.clone(),
+            lease_duration_seconds: i32::try_from(self.config.lease_duration.as_secs())
+                .unwrap_or(i32::MAX),
+            acquire_time: Some(now_wall),
+            renew_time: Some(now_wall),
+            lease_transitions: 0,
+        };
+
+        // 1. Fast path: the leader updates optimistically from the record it wrote last.
+        if self.shared.is_leader() && self.shared.lease_valid(now) {
+            let old = self.shared.observed_record();
+            desired.acquire_time = old.acquire_time;
+            desired.lease_transitions = old.lease_transitions;
+            match self.lock.update(&desired).await {
+                Ok(()) => {
+                    self.shared.set_observed(desired);
+                    return true;
+                }
+                Err(err) => warn!(
+                    lease = %self.shared.lease,
+                    error = %chain(&err),
+                    "failed to update lock optimistically, falling back to slow path"
+                ),
+            }
+        }
+
+        // 2. Read the record, or create the Lease if there is none.
+        let current = match self.lock.get().await {
+            Ok(Some(current)) => current,
+            Ok(None) => {
+                return match self.lock.create(&desired).await {
+                    Ok(()) => {
+                        self.shared.set_observed(desired);
+                        true
+                    }
+                    Err(err) => {
+                        self.failed("error initially creating leader election record", &err)
+                    }
+                };
+            }
+            Err(err) => return self.failed("error retrieving resource lock", &err),
+        };
+
+        // 3. Only a changed record restarts the local expiry timer.
+        if self.observed_raw.as_ref() != Some(&current) {
+            self.shared.set_observed(current.clone());
+            self.observed_raw = Some(current.clone());
+        }
+        if !current.holder_identity.is_empty()
+            && self.shared.lease_valid(now)
+            && !self.shared.is_leader()
+        {
+            debug!(
+                lease = %self.shared.lease,
+                holder = %current.holder_identity,
+                "lock is held by another candidate and has not yet expired"
+            );
+            self.last_failure = Some(format!(
+                "lease is held by {} and has not yet expired",
+                current.holder_identity
+            ));
+            return false;
+        }
+
+        // 4. Take over (or renew through the slow path).
+        if self.shared.is_leader() {
+            desired.acquire_time = current.acquire_time;
+            desired.lease_transitions = current.lease_transitions;
+            self.shared
+                .slowpath
+                .with_label_values(&[METRIC_NAME_LABEL_VALUE])
+                .inc();
+        } else {
+            desired.lease_transitions = current.lease_transitions.saturating_add(1);
+        }
+        match self.lock.update(&desired).await {
+            Ok(()) => {
+                self.shared.set_observed(desired);
+                true
+            }
+            Err(err) => self.failed("failed to update lock", &err),
+        }
+    }
+
+    fn failed(&mut self, what: &str, err: &LockError) -> bool {
+        let message = format!("{what}: {}", chain(err));
+        error!(lease = %self.shared.lease, "{message}");
+        self.last_failure = Some(message);
+        false
+    }
+
+    fn maybe_report_transition(&mut self) {
+        let holder = self.shared.observed_record().holder_identity;
+        if holder != self.reported_leader {
+            debug!(lease = %self.shared.lease, leader = %holder, "new leader detected");
+            self.reported_leader = holder;
+        }
+    }
+
+    /// client-go `renew`: every retry period, retry renewing until it succeeds or the renew
+    /// deadline passes. Returns the core (for release) and whether leadership was lost.
+    async fn renew(
+        mut self,
+        mut stop: oneshot::Receiver<()>,
+        lost_tx: watch::Sender<Option<LeadershipLost>>,
+    ) -> (Self, bool) {
+        let lost = tokio::select! {
+            // A dropped sender (Leadership gone without release) also stops renewing.
+            _ = &mut stop => None,
+            reason = self.renew_until_failure() => Some(reason),
+        };
+        self.shared.set_leading(false);
+        let Some(reason) = lost else {
+            return (self, false);
+        };
+        let lost = LeadershipLost {
+            lease: self.shared.lease.clone(),
+            reason,
+        };
+        error!(lease = %self.shared.lease, error = %chain(&lost), "failed to renew lease");
+        self.spawn_event("stopped leading");
+        lost_tx.send_replace(Some(lost));
+        (self, true)
+    }
+
+    async fn renew_until_failure(&mut self) -> LostReason {
+        let retry_period = self.config.retry_period;
+        loop {
+            self.last_failure = None;
+            let deadline = Instant::now() + self.config.renew_deadline;
+            // Dropping the attempt at the deadline also cancels its in-flight request, as the
+            // deadline context does in client-go.
+            let renewed = tokio::time::timeout_at(deadline, async {
+                while !self.try_acquire_or_renew().await {
+                    tokio::time::sleep(retry_period).await;
+                }
+            })
+            .await
+            .is_ok();
+            self.maybe_report_transition();
+            if !renewed {
+                return LostReason::RenewDeadlineExceeded {
+                    renew_deadline: self.config.renew_deadline,
+                    last_error: self.last_failure.take(),
+                };
+            }
+            debug!(lease = %self.shared.lease, "successfully renewed lease");
+            tokio::time::sleep(retry_period).await;
+        }
+    }
+
+    /// client-go `release`: if the observed record still names us, write an empty holder with a
+    /// one-second lease.
+    async fn release(&mut self) -> Result<(), LockError> {
+        if !self.shared.is_leader() {
+            return Ok(());
+        }
+        let now = Timestamp::now();
+        let record = Record {
+            holder_identity: String::new(),
+            lease_duration_seconds: 1,
+            acquire_time: Some(now),
+            renew_time: Some(now),
+            lease_transitions: self.shared.observed_record().lease_transitions,
+        };
+        self.lock.update(&record).await?;
+        self.shared.set_observed(record);
+        info!(lease = %self.shared.lease, "released leader lease");
+        Ok(())
+    }
+
+    /// Posts a leadership Event in the background: a slow or failing Event must never delay a
+    /// renewal (client-go's recorder is asynchronous too).
+    fn spawn_event(&self, action: &str) {
+        let Some(event) = self.lock.event(action, Timestamp::now()) else {
+            return;
+        };
+        let events = self.lock.events();
+        tokio::spawn(async move {
+            if let Err(err) = events.create(&PostParams::default(), &event).await {
+                warn!(error = %chain(&err), "cannot post leader election event");
+            }
+        });
+    }
+
+    /// Posts a leadership Event and waits for it, at most `limit`.
+    async fn post_event(&self, action: &str, limit: Duration) {
+        let Some(event) = self.lock.event(action, Timestamp::now()) else {
+            return;
+        };
+        let events = self.lock.events();
+        match tokio::time::timeout(limit, events.create(&PostParams::default(), &event)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => warn!(error = %chain(&err), "cannot post leader election event"),
+            Err(_) => warn!("timed out posting leader election event"),
+        }
+    }
+}
+
+/// client-go `wait.Jitter`: `period` plus up to `JITTER_FACTOR × period`, `unit` in `[0, 1)`.
+fn jittered(period: Duration, unit: f64) -> Duration {
+    Duration::try_from_secs_f64(period.as_secs_f64() * (1.0 + unit * JITTER_FACTOR))
+        .unwrap_or(period)
+}
+
+/// A random number in `[0, 1)`. The jitter only spreads candidates apart, so the per-instance
+/// random keys of std's `RandomState` are random enough and avoid a dependency.
+fn unit_random() -> f64 {
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    // 53 random bits fit an f64 mantissa exactly.
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "both values are below 2^53 and convert exactly"
+    )]
+    let unit = (bits >> 11) as f64 / (1_u64 << 53) as f64;
+    unit
+}
+
+/// Renders an error and its sources as `outer: inner: ...` for one log field.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(err) = source {
+        out.push_str(": ");
+        out.push_str(&err.to_string());
+        source = err.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(lease: u64, renew: u64, retry: u64) -> LeaderElectionConfig {
+        LeaderElectionConfig {
+            lease_duration: Duration::from_millis(lease),
+            renew_deadline: Duration::from_millis(renew),
+            retry_period: Duration::from_millis(retry),
+            ..LeaderElectionConfig::new("lease", "ns", "me")
+        }
+    }
+
+    #[test]
+    fn default_timings_are_valid() {
+        config(15_000, 10_000, 5_000).validate().unwrap();
+        LeaderElectionConfig::new("lease", "ns", "me")
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn invalid_timings_are_rejected_like_client_go() {
+        let cases: [(u64, u64, u64, &str); 7] = [
+            (10_000, 10_000, 5_000, "lease duration"),
+            (9_000, 10_000, 5_000, "lease duration"),
+            // renew must exceed 1.2 × retry: 6 s is not above 1.2 × 5 s.
+            (15_000, 6_000, 5_000, "renew deadline"),
+            (15_000, 5_000, 5_000, "renew deadline"),
+            (15_000, 10_000, 0, "retry period must be greater than zero"),
+            (0, 0, 0, "lease duration"),
+            (15_000, 0, 0, "renew deadline"),
+        ];
+        for (lease, renew, retry, needle) in cases {
+            let err = config(lease, renew, retry).validate().unwrap_err();
+            assert!(
+                err.to_string().contains(needle),
+                "({lease}, {renew}, {retry}) gave {err}, expected {needle:?}"
+            );
+        }
+        // Just above 1.2 × retry is fine.
+        config(15_000, 6_001, 5_000).validate().unwrap();
+    }
+
+    #[test]
+    fn empty_names_are_rejected() {
+        for (mutate, what) in [
+            (
+                (|c: &mut LeaderElectionConfig| c.identity.clear()) as fn(&mut _),
+                "identity",
+            ),
+            (|c| c.lease_name.clear(), "lease name"),
+            (|c| c.namespace.clear(), "namespace"),
+        ] {
+            let mut c = config(15_000, 10_000, 5_000);
+            mutate(&mut c);
+            let err = c.validate().unwrap_err();
+            assert_eq!(err.to_string(), format!("leader election {what} is empty"));
+        }
+    }
+
+    #[test]
+    fn jitter_stays_between_one_and_two_point_two_periods() {
+        let period = Duration::from_secs(5);
+        assert_eq!(jittered(period, 0.0), period);
+        assert_eq!(jittered(period, 0.5), Duration::from_secs(8));
+        assert!(jittered(period, 0.999_999) < Duration::from_secs(11));
+        for _ in 0..100 {
+            let unit = unit_random();
+            assert!((0.0..1.0).contains(&unit), "{unit}");
+        }
+    }
+
+    #[test]
+    fn lost_reason_names_the_deadline_and_the_last_error() {
+        let lost = LeadershipLost {
+            lease: "ns/lease".into(),
+            reason: LostReason::RenewDeadlineExceeded {
+                renew_deadline: Duration::from_secs(10),
+                last_error: Some("failed to update lock: boom".into()),
+            },
+        };
+        assert_eq!(
+            chain(&lost),
+            "stopped leading lease ns/lease: no renewal succeeded within the renew deadline of 10s (last attempt: failed to update lock: boom)"
+        );
+    }
+}

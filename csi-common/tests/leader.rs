@@ -1,0 +1,800 @@
+//! Leader election against an in-process Lease API (an axum router speaking the
+//! coordination.k8s.io/v1 Lease and core/v1 Event endpoints with resourceVersion conflicts), on
+//! tokio's paused clock so lease timing is exact.
+
+// The fake API server's helpers live outside #[test] functions, where clippy's
+// allow-unwrap-in-tests does not reach.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use csi_common::leader::{
+    LeaderElectionConfig, LeaderElector, Leadership, LostReason, MASTER_STATUS_METRIC,
+};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use prometheus::{Encoder, Registry, TextEncoder};
+use serde_json::json;
+use tokio::time::{Instant, sleep};
+use tower::ServiceBuilder;
+
+const NS: &str = "fixtures";
+const LEASE: &str = "external-resizer-hostpath-csi-k8s-io";
+const CLIENT_HEADER: &str = "x-test-client";
+
+/// One request as the fake API server saw it.
+#[derive(Clone, Debug)]
+struct Logged {
+    client: String,
+    method: Method,
+    path: String,
+    status: u16,
+}
+
+#[derive(Default)]
+struct ApiState {
+    leases: BTreeMap<(String, String), Lease>,
+    next_rv: u64,
+    requests: Vec<Logged>,
+    events: Vec<Event>,
+    /// Clients whose requests get a 500.
+    failing: BTreeSet<String>,
+    /// Clients whose requests never get an answer.
+    hanging: BTreeSet<String>,
+}
+
+/// A minimal Lease API: GET/POST/PUT/DELETE with resourceVersion checks and Status bodies shaped
+/// like kube-apiserver's, plus POST of core/v1 Events.
+#[derive(Clone, Default)]
+struct FakeApi {
+    state: Arc<Mutex<ApiState>>,
+}
+
+impl FakeApi {
+    fn lock(&self) -> MutexGuard<'_, ApiState> {
+        self.state.lock().unwrap()
+    }
+
+    fn router(&self) -> Router {
+        Router::new()
+            .route(
+                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+                post(create_lease),
+            )
+            .route(
+                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
+                get(get_lease).put(replace_lease).delete(delete_lease),
+            )
+            .route("/api/v1/namespaces/{ns}/events", post(create_event))
+            .layer(middleware::from_fn_with_state(self.clone(), gate))
+            .with_state(self.clone())
+    }
+
+    /// A kube client whose requests carry `name`, so the server can log and fail them per
+    /// contender.
+    fn client(&self, name: &str) -> kube::Client {
+        let value = HeaderValue::from_str(name).unwrap();
+        let service = ServiceBuilder::new()
+            .map_request(move |mut req: http::Request<kube::client::Body>| {
+                req.headers_mut().insert(CLIENT_HEADER, value.clone());
+                req
+            })
+            .service(self.router());
+        kube::Client::new(service, "default")
+    }
+
+    fn lease(&self) -> Lease {
+        self.lock()
+            .leases
+            .get(&(NS.to_owned(), LEASE.to_owned()))
+            .cloned()
+            .expect("lease exists")
+    }
+
+    fn spec(&self) -> LeaseSpec {
+        self.lease().spec.expect("lease has a spec")
+    }
+
+    /// Stores a Lease as if another process had written it.
+    fn put_lease(&self, spec: LeaseSpec, labels: Option<BTreeMap<String, String>>) {
+        let mut state = self.lock();
+        state.next_rv += 1;
+        let rv = state.next_rv;
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(LEASE.to_owned()),
+                namespace: Some(NS.to_owned()),
+                uid: Some(format!("uid-{LEASE}")),
+                resource_version: Some(rv.to_string()),
+                labels,
+                ..ObjectMeta::default()
+            },
+            spec: Some(spec),
+        };
+        state
+            .leases
+            .insert((NS.to_owned(), LEASE.to_owned()), lease);
+    }
+
+    /// Bumps the stored resourceVersion without changing the spec (another writer with the same
+    /// identity, as two replicas on one host in the golden capture).
+    fn touch_lease(&self) {
+        let mut state = self.lock();
+        state.next_rv += 1;
+        let rv = state.next_rv.to_string();
+        let lease = state
+            .leases
+            .get_mut(&(NS.to_owned(), LEASE.to_owned()))
+            .expect("lease exists");
+        lease.metadata.resource_version = Some(rv);
+    }
+
+    fn set_failing(&self, client: &str) {
+        self.lock().failing.insert(client.to_owned());
+    }
+
+    fn set_hanging(&self, client: &str) {
+        self.lock().hanging.insert(client.to_owned());
+    }
+
+    /// The Lease requests (not Events) of one client, in order.
+    fn requests_of(&self, client: &str) -> Vec<(Method, u16)> {
+        self.lock()
+            .requests
+            .iter()
+            .filter(|r| r.client == client && r.path.contains("/leases"))
+            .map(|r| (r.method.clone(), r.status))
+            .collect()
+    }
+
+    fn clear_requests(&self) {
+        self.lock().requests.clear();
+    }
+
+    fn events(&self) -> Vec<Event> {
+        self.lock().events.clone()
+    }
+}
+
+fn status(code: StatusCode, reason: &str, message: &str, name: &str) -> Response {
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"},
+        "code": code.as_u16(),
+    });
+    (code, Json(body)).into_response()
+}
+
+fn not_found(name: &str) -> Response {
+    status(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        &format!("leases.coordination.k8s.io \"{name}\" not found"),
+        name,
+    )
+}
+
+/// Logs every request and applies the per-client fault injection.
+async fn gate(State(api): State<FakeApi>, request: Request, next: Next) -> Response {
+    let client = request
+        .headers()
+        .get(CLIENT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let (failing, hanging) = {
+        let state = api.lock();
+        (
+            state.failing.contains(&client),
+            state.hanging.contains(&client),
+        )
+    };
+    if hanging {
+        std::future::pending::<()>().await;
+    }
+    let response = if failing {
+        status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "injected failure",
+            "",
+        )
+    } else {
+        next.run(request).await
+    };
+    api.lock().requests.push(Logged {
+        client,
+        method,
+        path,
+        status: response.status().as_u16(),
+    });
+    response
+}
+
+async fn get_lease(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    match api.lock().leases.get(&(ns, name.clone())) {
+        Some(lease) => Json(lease.clone()).into_response(),
+        None => not_found(&name),
+    }
+}
+
+async fn create_lease(
+    State(api): State<FakeApi>,
+    Path(ns): Path<String>,
+    Json(mut lease): Json<Lease>,
+) -> Response {
+    let name = lease.metadata.name.clone().unwrap_or_default();
+    let mut state = api.lock();
+    let key = (ns.clone(), name.clone());
+    if state.leases.contains_key(&key) {
+        return status(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            &format!("leases.coordination.k8s.io \"{name}\" already exists"),
+            &name,
+        );
+    }
+    state.next_rv += 1;
+    lease.metadata.namespace = Some(ns);
+    lease.metadata.uid = Some(format!("uid-{name}"));
+    lease.metadata.resource_version = Some(state.next_rv.to_string());
+    lease.metadata.creation_timestamp = Some(Time(Timestamp::now()));
+    state.leases.insert(key, lease.clone());
+    (StatusCode::CREATED, Json(lease)).into_response()
+}
+
+async fn replace_lease(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    Json(mut lease): Json<Lease>,
+) -> Response {
+    let mut state = api.lock();
+    let key = (ns, name.clone());
+    let Some(stored) = state.leases.get(&key) else {
+        return not_found(&name);
+    };
+    if lease.metadata.resource_version != stored.metadata.resource_version {
+        return status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on leases.coordination.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+            ),
+            &name,
+        );
+    }
+    lease.metadata.uid.clone_from(&stored.metadata.uid);
+    state.next_rv += 1;
+    lease.metadata.resource_version = Some(state.next_rv.to_string());
+    state.leases.insert(key, lease.clone());
+    Json(lease).into_response()
+}
+
+async fn delete_lease(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    match api.lock().leases.remove(&(ns, name.clone())) {
+        Some(_) => Json(json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"}
+        }))
+        .into_response(),
+        None => not_found(&name),
+    }
+}
+
+async fn create_event(
+    State(api): State<FakeApi>,
+    Path(_ns): Path<String>,
+    Json(event): Json<Event>,
+) -> Response {
+    api.lock().events.push(event.clone());
+    (StatusCode::CREATED, Json(event)).into_response()
+}
+
+fn config(identity: &str) -> LeaderElectionConfig {
+    LeaderElectionConfig::new(LEASE, NS, identity)
+}
+
+fn elector(api: &FakeApi, config: LeaderElectionConfig) -> LeaderElector {
+    LeaderElector::new(api.client(&config.identity), config).unwrap()
+}
+
+/// Runs `acquire` in a task and reports when it returned.
+fn spawn_acquire(elector: LeaderElector) -> tokio::task::JoinHandle<(Instant, Leadership)> {
+    tokio::spawn(async move {
+        let leadership = elector.acquire().await;
+        (Instant::now(), leadership)
+    })
+}
+
+/// Lets spawned tasks (Event posts) run without advancing the clock meaningfully.
+async fn settle() {
+    sleep(Duration::from_millis(1)).await;
+}
+
+fn render(registry: &Registry) -> String {
+    let mut out = Vec::new();
+    TextEncoder::new()
+        .encode(&registry.gather(), &mut out)
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_candidate_creates_the_lease_like_client_go() {
+    let api = FakeApi::default();
+    let mut c = config("vm");
+    c.labels = BTreeMap::from([("team".to_owned(), "storage".to_owned())]);
+    let leadership = elector(&api, c).acquire().await;
+    assert!(leadership.is_leader());
+    settle().await;
+
+    // GET (404), POST, then the immediate first renewal (fast-path PUT), as in the capture.
+    assert_eq!(
+        api.requests_of("vm"),
+        [(Method::GET, 404), (Method::POST, 201), (Method::PUT, 200)]
+    );
+    let lease = api.lease();
+    let spec = lease.spec.clone().unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("vm"));
+    assert_eq!(spec.lease_duration_seconds, Some(15));
+    assert_eq!(spec.lease_transitions, Some(0));
+    assert!(spec.acquire_time.is_some());
+    assert!(spec.renew_time >= spec.acquire_time);
+    assert_eq!(
+        lease.metadata.labels,
+        Some(BTreeMap::from([("team".to_owned(), "storage".to_owned())]))
+    );
+    // MicroTime: six fractional digits and a Z, e.g. 2026-11-21T15:36:56.181130Z.
+    let json = serde_json::to_value(&spec).unwrap();
+    let renew = json["renewTime"].as_str().unwrap();
+    let fraction = renew.split('.').nth(1).unwrap();
+    assert_eq!(fraction.len(), 7, "{renew}");
+    assert!(fraction.ends_with('Z'), "{renew}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_contenders_end_up_with_exactly_one_leader() {
+    let api = FakeApi::default();
+    let a = spawn_acquire(elector(&api, config("a")));
+    let b = spawn_acquire(elector(&api, config("b")));
+
+    // A minute of renewals and retries: the winner keeps renewing, the other keeps waiting.
+    sleep(Duration::from_mins(1)).await;
+    assert!(
+        a.is_finished() ^ b.is_finished(),
+        "exactly one contender must lead"
+    );
+    let (winner, loser, winner_name) = if a.is_finished() {
+        (a, b, "a")
+    } else {
+        (b, a, "b")
+    };
+    let spec = api.spec();
+    assert_eq!(spec.holder_identity.as_deref(), Some(winner_name));
+    assert_eq!(spec.lease_transitions, Some(0));
+    let (_, leadership) = winner.await.unwrap();
+    assert!(leadership.is_leader());
+    loser.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standby_takes_over_only_a_full_lease_duration_after_it_last_saw_a_change() {
+    let api = FakeApi::default();
+    let leader = elector(&api, config("a")).acquire().await;
+    sleep(Duration::from_secs(1)).await;
+
+    let standby_started = Instant::now();
+    let standby = spawn_acquire(elector(&api, config("b")));
+    sleep(Duration::from_secs(2)).await;
+    // The leader stops renewing (its process hangs or dies).
+    drop(leader);
+
+    // The standby saw the record last change when it first read it; 15 s of local time must
+    // pass from then, whatever renewTime says.
+    sleep(standby_started + Duration::from_millis(14_900) - Instant::now()).await;
+    assert!(!standby.is_finished(), "took over before the lease expired");
+
+    let (acquired_at, leadership) = standby.await.unwrap();
+    let waited = acquired_at - standby_started;
+    assert!(
+        waited >= Duration::from_secs(15),
+        "took over after {waited:?}"
+    );
+    // Its attempts are at most retry period × (1 + 1.2) = 11 s apart.
+    assert!(
+        waited <= Duration::from_secs(26),
+        "took over after {waited:?}"
+    );
+    assert!(leadership.is_leader());
+    let spec = api.spec();
+    assert_eq!(spec.holder_identity.as_deref(), Some("b"));
+    assert_eq!(spec.lease_transitions, Some(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standby_ignores_an_old_renew_time_and_waits_on_its_own_clock() {
+    let api = FakeApi::default();
+    // A Lease held by someone else whose renewTime is years old (clock skew, or a dead leader).
+    let old: Timestamp = "2020-01-01T00:00:00.000000Z".parse().unwrap();
+    api.put_lease(
+        LeaseSpec {
+            holder_identity: Some("other".into()),
+            lease_duration_seconds: Some(15),
+            acquire_time: Some(MicroTime(old)),
+            renew_time: Some(MicroTime(old)),
+            lease_transitions: Some(4),
+            ..LeaseSpec::default()
+        },
+        None,
+    );
+    let started = Instant::now();
+    let (acquired_at, _leadership) = spawn_acquire(elector(&api, config("b"))).await.unwrap();
+    assert!(acquired_at - started >= Duration::from_secs(15));
+    assert_eq!(api.spec().lease_transitions, Some(5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_already_naming_this_identity_is_taken_at_once() {
+    let api = FakeApi::default();
+    let acquired: Timestamp = "2026-11-21T15:36:56.181130Z".parse().unwrap();
+    api.put_lease(
+        LeaseSpec {
+            holder_identity: Some("vm".into()),
+            lease_duration_seconds: Some(15),
+            acquire_time: Some(MicroTime(acquired)),
+            renew_time: Some(MicroTime(acquired)),
+            lease_transitions: Some(3),
+            ..LeaseSpec::default()
+        },
+        None,
+    );
+    let started = Instant::now();
+    let (acquired_at, _leadership) = spawn_acquire(elector(&api, config("vm"))).await.unwrap();
+    assert_eq!(acquired_at, started);
+    let spec = api.spec();
+    // A renewal, not a transition: acquireTime and leaseTransitions are kept.
+    assert_eq!(spec.lease_transitions, Some(3));
+    assert_eq!(spec.acquire_time, Some(MicroTime(acquired)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_released_lease_is_taken_by_the_standby_at_its_next_attempt() {
+    let api = FakeApi::default();
+    let with_release = |identity: &str| LeaderElectionConfig {
+        lease_duration: Duration::from_mins(1),
+        renew_deadline: Duration::from_secs(40),
+        retry_period: Duration::from_secs(5),
+        release_on_cancel: true,
+        ..config(identity)
+    };
+    let leader = elector(&api, with_release("a")).acquire().await;
+    sleep(Duration::from_secs(1)).await;
+    let standby = spawn_acquire(elector(&api, with_release("b")));
+    sleep(Duration::from_secs(1)).await;
+
+    leader.release().await.unwrap();
+    let released_at = Instant::now();
+    // client-go release(): same Lease, empty holder, 1 s duration, transitions kept.
+    let spec = api.spec();
+    assert_eq!(spec.holder_identity.as_deref(), Some(""));
+    assert_eq!(spec.lease_duration_seconds, Some(1));
+    assert_eq!(spec.lease_transitions, Some(0));
+    assert!(spec.acquire_time.is_some() && spec.acquire_time == spec.renew_time);
+    assert!(
+        api.events()
+            .iter()
+            .any(|e| e.message.as_deref() == Some("a stopped leading"))
+    );
+
+    let (acquired_at, leadership) = standby.await.unwrap();
+    // Next attempt, not a 60 s expiry.
+    assert!(acquired_at - released_at <= Duration::from_secs(11));
+    assert!(leadership.is_leader());
+    let spec = api.spec();
+    assert_eq!(spec.holder_identity.as_deref(), Some("b"));
+    assert_eq!(spec.lease_transitions, Some(1));
+    assert_eq!(spec.lease_duration_seconds, Some(60));
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_without_release_on_cancel_stops_renewing_but_leaves_the_lease() {
+    let api = FakeApi::default();
+    let leader = elector(&api, config("a")).acquire().await;
+    sleep(Duration::from_secs(1)).await;
+    leader.release().await.unwrap();
+    api.clear_requests();
+
+    sleep(Duration::from_secs(30)).await;
+    assert_eq!(api.spec().holder_identity.as_deref(), Some("a"));
+    // Only the "stopped leading" Event was posted; no Lease request after release.
+    assert!(
+        api.requests_of("a").is_empty(),
+        "{:?}",
+        api.requests_of("a")
+    );
+    assert!(
+        api.events()
+            .iter()
+            .any(|e| e.message.as_deref() == Some("a stopped leading"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_conflict_on_renew_is_followed_by_get_and_put() {
+    let api = FakeApi::default();
+    let registry = Registry::new();
+    let e = elector(&api, config("vm"));
+    e.register_metrics(&registry).unwrap();
+    let mut leadership = e.acquire().await;
+    sleep(Duration::from_secs(1)).await;
+
+    api.touch_lease();
+    api.clear_requests();
+    sleep(Duration::from_secs(5)).await;
+
+    // The optimistic PUT carries a stale resourceVersion: 409, then GET + PUT (as in
+    // traffic/go-sidecar-requests.txt at 15:37:11).
+    assert_eq!(
+        api.requests_of("vm"),
+        [(Method::PUT, 409), (Method::GET, 200), (Method::PUT, 200)]
+    );
+    assert!(leadership.is_leader());
+    assert!(
+        render(&registry).contains("leader_election_slowpath_total{name=\"\"} 1\n"),
+        "{}",
+        render(&registry)
+    );
+    let still_leading = tokio::time::timeout(Duration::from_mins(1), leadership.lost()).await;
+    assert!(
+        still_leading.is_err(),
+        "leadership was lost: {still_leading:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_renewals_past_the_renew_deadline_report_lost_leadership() {
+    let api = FakeApi::default();
+    let registry = Registry::new();
+    let e = elector(&api, config("a"));
+    e.register_metrics(&registry).unwrap();
+    let mut leadership = e.acquire().await;
+    // acquire() returns after the create; the first renewal runs at once.
+    let last_renewal = Instant::now();
+    sleep(Duration::from_secs(1)).await;
+    assert!(render(&registry).contains("leader_election_master_status{name=\"\"} 1\n"));
+
+    api.clear_requests();
+    api.set_failing("a");
+    let lost = leadership.lost().await;
+    let lost_after = Instant::now() - last_renewal;
+
+    // Next renewal cycle starts one retry period after the last success and gives up at the
+    // renew deadline: 5 s + 10 s.
+    assert_eq!(lost_after, Duration::from_secs(15));
+    let LostReason::RenewDeadlineExceeded {
+        renew_deadline,
+        last_error,
+    } = &lost.reason
+    else {
+        panic!("unexpected reason {:?}", lost.reason);
+    };
+    assert_eq!(*renew_deadline, Duration::from_secs(10));
+    let last_error = last_error.as_deref().unwrap();
+    assert!(
+        last_error.contains("error retrieving resource lock"),
+        "{last_error}"
+    );
+    assert_eq!(lost.lease, format!("{NS}/{LEASE}"));
+    assert!(!leadership.is_leader());
+    assert!(render(&registry).contains("leader_election_master_status{name=\"\"} 0\n"));
+    // Resolves again on every later call.
+    assert_eq!(leadership.lost().await, lost);
+    // Attempts at 5 s and 10 s: the optimistic PUT and the GET fallback both failed.
+    let attempts = api.requests_of("a");
+    assert!(
+        attempts.iter().all(|(_, status)| *status == 500),
+        "{attempts:?}"
+    );
+    assert!(attempts.len() >= 4, "{attempts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_api_server_is_cut_off_at_the_renew_deadline() {
+    let api = FakeApi::default();
+    let mut leadership = elector(&api, config("a")).acquire().await;
+    let last_renewal = Instant::now();
+    sleep(Duration::from_secs(1)).await;
+    api.set_hanging("a");
+    let lost = leadership.lost().await;
+    assert_eq!(Instant::now() - last_renewal, Duration::from_secs(15));
+    assert_eq!(
+        lost.reason,
+        LostReason::RenewDeadlineExceeded {
+            renew_deadline: Duration::from_secs(10),
+            last_error: None
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn health_is_ok_for_a_standby_and_fails_for_a_leader_stuck_past_lease_plus_20s() {
+    let api = FakeApi::default();
+    let leader = elector(&api, config("a"));
+    let leader_health = leader.health();
+    assert_eq!(leader_health.check(), Ok(()), "not yet leading");
+    let mut leadership = leader.acquire().await;
+    let last_renewal = Instant::now();
+
+    let standby = elector(&api, config("b"));
+    let standby_health = standby.health();
+    let standby_task = spawn_acquire(standby);
+
+    sleep(Duration::from_secs(1)).await;
+    api.set_failing("a");
+    let _lost = leadership.lost().await;
+
+    // Lease duration (15 s) + 20 s tolerance after the last successful renewal.
+    sleep(last_renewal + Duration::from_millis(34_900) - Instant::now()).await;
+    assert_eq!(leader_health.check(), Ok(()));
+    assert_eq!(standby_health.check(), Ok(()));
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        leader_health.check(),
+        Err(format!(
+            "failed election to renew leadership on lease {LEASE}"
+        ))
+    );
+    // Meanwhile the standby took over; as the new leader it is healthy.
+    assert!(standby_task.is_finished());
+    assert_eq!(standby_health.check(), Ok(()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn leading_puts_the_configured_labels_on_the_lease_and_keeps_others() {
+    let api = FakeApi::default();
+    api.put_lease(
+        LeaseSpec {
+            holder_identity: Some(String::new()),
+            lease_duration_seconds: Some(1),
+            ..LeaseSpec::default()
+        },
+        Some(BTreeMap::from([
+            ("keep".to_owned(), "me".to_owned()),
+            ("team".to_owned(), "old".to_owned()),
+        ])),
+    );
+    let mut c = config("a");
+    c.labels = csi_common::leader::merge_labels([
+        csi_common::leader::parse_labels("team:storage").unwrap(),
+        csi_common::leader::parse_labels("tier:gold").unwrap(),
+    ]);
+    let _leadership = elector(&api, c).acquire().await;
+    let labels = api.lease().metadata.labels.unwrap();
+    assert_eq!(
+        labels,
+        BTreeMap::from([
+            ("keep".to_owned(), "me".to_owned()),
+            ("team".to_owned(), "storage".to_owned()),
+            ("tier".to_owned(), "gold".to_owned()),
+        ])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn becoming_leader_posts_a_leader_election_event_on_the_lease() {
+    let api = FakeApi::default();
+    let _leadership = elector(&api, config("vm")).acquire().await;
+    settle().await;
+    let events = api.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let event = serde_json::to_value(&events[0]).unwrap();
+    let name = event["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with(&format!("{LEASE}.")), "{name}");
+    assert_eq!(event["metadata"]["namespace"], NS);
+    assert_eq!(
+        event["involvedObject"],
+        json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "name": LEASE,
+            "namespace": NS,
+            "uid": format!("uid-{LEASE}"),
+            "resourceVersion": "1",
+        })
+    );
+    assert_eq!(event["reason"], "LeaderElection");
+    assert_eq!(event["message"], "vm became leader");
+    assert_eq!(event["type"], "Normal");
+    assert_eq!(event["count"], 1);
+    assert_eq!(event["source"], json!({"component": format!("{LEASE}/vm")}));
+    assert_eq!(event["reportingComponent"], format!("{LEASE}/vm"));
+    assert_eq!(event["reportingInstance"], "");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_master_status_gauge_matches_upstream_exposition() {
+    let api = FakeApi::default();
+    let registry = Registry::new();
+    let e = elector(&api, config("a"));
+    e.register_metrics(&registry).unwrap();
+    // Same three lines as metrics/csi-resizer-leader-election-standby-metrics.prom.
+    let standby = "# HELP leader_election_master_status [ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.\n# TYPE leader_election_master_status gauge\nleader_election_master_status{name=\"\"} 0\n";
+    assert_eq!(render(&registry), standby);
+    assert!(
+        e.register_metrics(&registry).is_err(),
+        "double registration"
+    );
+
+    let leading = e.leading();
+    let _leadership = e.acquire().await;
+    assert!(*leading.borrow());
+    assert_eq!(
+        render(&registry),
+        standby.replace("{name=\"\"} 0", "{name=\"\"} 1")
+    );
+    assert!(render(&registry).starts_with(&format!("# HELP {MASTER_STATUS_METRIC} ")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_leadership_stops_renewals() {
+    let api = FakeApi::default();
+    let leadership = elector(&api, config("a")).acquire().await;
+    let leading = leadership.leading();
+    sleep(Duration::from_secs(1)).await;
+    drop(leadership);
+    assert!(!*leading.borrow());
+    api.clear_requests();
+    sleep(Duration::from_mins(1)).await;
+    assert!(api.requests_of("a").is_empty());
+}
+
+#[test]
+fn invalid_timings_are_an_error_not_a_panic() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let api = FakeApi::default();
+        let bad = LeaderElectionConfig {
+            lease_duration: Duration::from_secs(10),
+            renew_deadline: Duration::from_secs(10),
+            ..config("a")
+        };
+        let err = LeaderElector::new(api.client("a"), bad).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("must be greater than the renew deadline")
+        );
+        let bad = LeaderElectionConfig {
+            renew_deadline: Duration::from_secs(6),
+            retry_period: Duration::from_secs(5),
+            ..config("a")
+        };
+        let err = LeaderElector::new(api.client("a"), bad).unwrap_err();
+        assert!(err.to_string().contains("jitter factor 1.2"), "{err}");
+    });
+}
