@@ -43,9 +43,9 @@ pub fn go_bool_func(s: &str) -> Result<bool, String> {
 /// `μs` (U+03BC), `ms`, `s`, `m`, `h`; pairs combine (`1h2m3.5s`). A lone `0` needs no unit.
 /// Values above Go's `time.Duration` range (about 292 years) are rejected as Go rejects them.
 ///
-/// Go itself accepts negative durations for flags and then misbehaves at run time (a negative
-/// lease duration or timeout makes no sense); we reject them at parse time with a clear message
-/// instead. `-0s` is zero and accepted.
+/// Go's `flag` package accepts negative durations; none of the sidecars' duration flags (lease
+/// timings, timeouts, intervals) has a meaning for one, so we reject them at parse time with a
+/// clear message instead (a usage error, exit 2). `-0s` is zero and accepted.
 pub fn go_duration(s: &str) -> Result<Duration, String> {
     let nanos = parse_duration_nanos(s)?;
     if nanos < 0 {
