@@ -1,0 +1,155 @@
+//! JSON encoding in kube-apiserver's field order.
+//!
+//! The store keeps objects as `serde_json::Value` (keys sorted), but Go encodes struct fields in
+//! declaration order: `kind`, `apiVersion`, `metadata` (name, generateName, namespace, uid,
+//! resourceVersion, ...), then the kind's own fields. Clients do not care, but fixtures compared
+//! byte for byte (and humans reading `curl` output) do, so the top level and `metadata` are
+//! written in Go's order; deeper levels stay sorted.
+
+use serde_json::Value;
+
+use super::resources::ResourceInfo;
+
+/// Go's field order of `ObjectMeta`.
+pub(crate) const METADATA_ORDER: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+const LIST_METADATA_ORDER: &[&str] = &["resourceVersion", "continue", "remainingItemCount"];
+
+/// Field order of the object at a path (`[]` = the root, `"[]"` = any array item).
+pub(crate) type OrderFn<'a> = &'a dyn Fn(&[&str]) -> Option<&'static [&'static str]>;
+
+/// Write `value`; in every object whose path `order` knows, the listed keys come first (in that
+/// order) and the rest follow sorted; objects at other paths are written sorted.
+pub(crate) fn write_ordered(out: &mut Vec<u8>, value: &Value, order: OrderFn<'_>) {
+    let mut path = Vec::new();
+    write_at(out, value, &mut path, order);
+}
+
+fn write_at<'v>(out: &mut Vec<u8>, value: &'v Value, path: &mut Vec<&'v str>, order: OrderFn<'_>) {
+    match value {
+        Value::Object(map) => {
+            let first_keys = order(path).unwrap_or(&[]);
+            let keys = first_keys
+                .iter()
+                .filter_map(|k| map.get_key_value(*k))
+                .chain(
+                    map.iter()
+                        .filter(|(k, _)| !first_keys.contains(&k.as_str())),
+                );
+            out.push(b'{');
+            for (i, (key, val)) in keys.enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_plain(out, &Value::String(key.clone()));
+                out.push(b':');
+                path.push(key.as_str());
+                write_at(out, val, path, order);
+                path.pop();
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                path.push("[]");
+                write_at(out, item, path, order);
+                path.pop();
+            }
+            out.push(b']');
+        }
+        other => write_plain(out, other),
+    }
+}
+
+fn write_plain(out: &mut Vec<u8>, value: &Value) {
+    // Serializing a `Value` into a Vec cannot fail.
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.extend_from_slice(b"null");
+    }
+}
+
+/// Encode one object of `info`'s kind (GET/POST/PUT/PATCH responses and watch events).
+pub(crate) fn object_bytes(info: &ResourceInfo, object: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    write_ordered(&mut out, object, &|path| match path {
+        [] => Some(info.top_order),
+        ["metadata"] => Some(METADATA_ORDER),
+        _ => None,
+    });
+    out
+}
+
+/// Encode a list: `{"kind":"<Kind>List","apiVersion":..,"metadata":{..},"items":[..]}`.
+pub(crate) fn list_bytes(info: &ResourceInfo, metadata: &Value, items: &[Value]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256 + items.len() * 512);
+    out.extend_from_slice(b"{\"kind\":");
+    write_plain(&mut out, &Value::String(format!("{}List", info.kind)));
+    out.extend_from_slice(b",\"apiVersion\":");
+    write_plain(&mut out, &Value::String(info.api_version()));
+    out.extend_from_slice(b",\"metadata\":");
+    write_ordered(&mut out, metadata, &|path| {
+        path.is_empty().then_some(LIST_METADATA_ORDER)
+    });
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&object_bytes(info, item));
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+/// Encode one watch event line (without the trailing newline).
+pub(crate) fn watch_event_bytes(event_type: &str, object_json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(object_json.len() + 32);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(event_type.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    out.extend_from_slice(object_json);
+    out.push(b'}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ordered_writing_puts_listed_keys_first_and_sorts_the_rest() {
+        let value = json!({"z": 1, "b": {"y": 1, "x": 2}, "a": [{"q": 1, "p": 2}], "kind": "K"});
+        let mut out = Vec::new();
+        write_ordered(&mut out, &value, &|path| match path {
+            [] => Some(&["kind", "b"][..]),
+            ["b"] => Some(&["y", "x"][..]),
+            ["a", "[]"] => Some(&["q"][..]),
+            _ => None,
+        });
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"kind":"K","b":{"y":1,"x":2},"a":[{"q":1,"p":2}],"z":1}"#
+        );
+    }
+}

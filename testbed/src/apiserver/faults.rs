@@ -1,0 +1,116 @@
+//! Fault injection for reliability tests: fail the next N requests matching a verb and
+//! resource with a chosen HTTP status, add latency to every request, end every open watch (as
+//! an apiserver restart does) and compact the history (so resumed watches get 410 Expired).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::store::Store;
+
+#[derive(Debug, Clone)]
+struct FailRule {
+    verb: String,
+    resource: String,
+    code: u16,
+    remaining: usize,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    rules: Vec<FailRule>,
+    latency: Duration,
+}
+
+/// The fault-injection handle of an [`super::ApiServer`].
+#[derive(Debug)]
+pub struct Faults {
+    state: Mutex<FaultState>,
+    store: Arc<Store>,
+}
+
+fn matches(pattern: &str, value: &str) -> bool {
+    pattern == "*" || pattern == value
+}
+
+impl Faults {
+    pub(crate) fn new(store: Arc<Store>) -> Self {
+        Self {
+            state: Mutex::new(FaultState::default()),
+            store,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Fail the next `count` requests whose Kubernetes verb (`get`, `list`, `watch`, `create`,
+    /// `update`, `patch`, `delete`, `deletecollection`, or `*`) and resource (`plural`,
+    /// `plural/status`, or `*`) match with HTTP `status_code` and a `Status` body.
+    pub fn fail(&self, verb: &str, resource: &str, status_code: u16, count: usize) {
+        self.state().rules.push(FailRule {
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+            code: status_code,
+            remaining: count,
+        });
+    }
+
+    /// Delay every request by `latency` (watch streams: before they open).
+    pub fn add_latency(&self, latency: Duration) {
+        self.state().latency = latency;
+    }
+
+    /// Remove every failure rule and the latency.
+    pub fn clear(&self) {
+        *self.state() = FaultState::default();
+    }
+
+    /// End every open watch stream now, as an apiserver restart does (clients re-watch from
+    /// their last resourceVersion).
+    pub fn drop_watches(&self) {
+        self.store.drop_watches();
+    }
+
+    /// Forget the event history: watches and exact lists at older resourceVersions answer
+    /// 410 Expired, forcing clients to re-list.
+    pub fn compact(&self) {
+        self.store.compact();
+    }
+
+    pub(crate) fn latency(&self) -> Duration {
+        self.state().latency
+    }
+
+    /// The status to fail this request with, consuming one use of the first matching rule.
+    pub(crate) fn check(&self, verb: &str, resource: &str) -> Option<u16> {
+        let mut state = self.state();
+        let rule = state.rules.iter_mut().find(|r| {
+            r.remaining > 0 && matches(&r.verb, verb) && matches(&r.resource, resource)
+        })?;
+        rule.remaining -= 1;
+        let code = rule.code;
+        state.rules.retain(|r| r.remaining > 0);
+        Some(code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_fails_exactly_count_matching_requests() {
+        let faults = Faults::new(Arc::new(Store::new(10)));
+        faults.fail("update", "leases", 500, 2);
+        assert_eq!(faults.check("get", "leases"), None);
+        assert_eq!(faults.check("update", "leases"), Some(500));
+        assert_eq!(faults.check("update", "pods"), None);
+        assert_eq!(faults.check("update", "leases"), Some(500));
+        assert_eq!(faults.check("update", "leases"), None);
+        faults.fail("*", "*", 429, 1);
+        assert_eq!(faults.check("list", "pods/status"), Some(429));
+    }
+}
