@@ -410,3 +410,31 @@ mod tests {
         assert!(!verbosity_enabled(&args(&[]), 5));
     }
 }
+
+/// An error and all its sources joined with `": "`, the way Go prints wrapped errors.
+///
+/// Error types in this workspace keep the cause out of their own message (STYLE.md §1.3), so
+/// a log line or a `/healthz` body needs the whole chain to be useful.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod error_chain_tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn error_chain_joins_every_source() {
+        let err = Outer(std::io::Error::other("inner"));
+        assert_eq!(super::error_chain(&err), "outer: inner");
+    }
+}

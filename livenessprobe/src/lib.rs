@@ -197,13 +197,13 @@ impl Prober {
             .await
             .map_err(|err| match err {
                 connection::Error::ConnectTimeout { .. } => DEADLINE_EXCEEDED.to_owned(),
-                connection::Error::InvalidAddress { .. } => error_chain(&err),
+                connection::Error::InvalidAddress { .. } => csi_common::logging::error_chain(&err),
             })?;
         identity::probe(&conn, self.timeout)
             .await
             .map_err(|err| match &err {
                 identity::Error::Call { status, .. } => go_status_text(status),
-                identity::Error::EmptyDriverName => error_chain(&err),
+                identity::Error::EmptyDriverName => csi_common::logging::error_chain(&err),
             })
     }
 }
@@ -216,16 +216,4 @@ pub fn go_status_text(status: &tonic::Status) -> String {
         status::code_name(status.code()),
         status.message()
     )
-}
-
-/// An error and its sources joined with ": ", the way Go prints wrapped errors.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

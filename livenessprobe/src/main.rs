@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     let _logging = match csi_common::logging::init(&args.logging) {
         Ok(guard) => guard,
         Err(err) => {
-            eprintln!("invalid logging configuration: {err}");
+            eprintln!("{}", csi_common::logging::error_chain(&err));
             return ExitCode::from(1);
         }
     };
@@ -63,7 +63,10 @@ fn main() -> ExitCode {
         match livenessprobe::run(config, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
-                tracing::error!(error = %livenessprobe::error_chain(&err), "livenessprobe failed");
+                tracing::error!(
+                    error = csi_common::logging::error_chain(&err),
+                    "livenessprobe failed"
+                );
                 ExitCode::from(1)
             }
         }
