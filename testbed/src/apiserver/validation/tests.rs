@@ -43,7 +43,7 @@ fn an_invalid_pvc_name_gets_the_upstream_message() {
         info("", "persistentvolumeclaims"),
         &pvc(
             "FX_Invalid",
-            json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}),
+            &json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}),
         ),
     );
     assert_eq!(messages(&errs), vec![
@@ -179,7 +179,7 @@ fn finalizers_must_be_qualified_and_cannot_be_added_while_deleting() {
     let i = info("", "persistentvolumeclaims");
     let obj = pvc(
         "x",
-        json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}),
+        &json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}),
     );
     let mut bad = obj.clone();
     bad["metadata"]["finalizers"] = json!(["nope"]);
@@ -209,7 +209,7 @@ fn labels_keys_and_values_are_checked() {
     let i = info("", "persistentvolumeclaims");
     let mut obj = pvc(
         "x",
-        json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}),
+        &json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}),
     );
     obj["metadata"]["labels"] = json!({"example.com/ok": "yes", "bad key": "v", "k": "bad value"});
     let fields: Vec<String> = validate_object(i, &obj)
@@ -230,7 +230,7 @@ fn pvc_spec_is_immutable_except_requests_and_a_first_volume_name() {
     let i = info("", "persistentvolumeclaims");
     let old = pvc(
         "x",
-        json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, "volumeMode": "Filesystem"}),
+        &json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, "volumeMode": "Filesystem"}),
     );
     let mut grow = old.clone();
     grow["spec"]["resources"]["requests"]["storage"] = json!("2Gi");
