@@ -1,0 +1,245 @@
+//! `/healthz` on `--http-endpoint`: does the registration socket still answer?
+//!
+//! Upstream semantics (`httpServer` in `node_register.go`, sidecars.md §3.2 item 6), which
+//! liveness probes in existing manifests rely on:
+//!
+//! * socket present → a **fresh** gRPC connection to it and `GetInfo` within `--timeout`; the
+//!   answered name must be our driver's → `200 ok`, otherwise `500` with the error text;
+//! * something that is not a socket, or stat failing → `500` with the error text;
+//! * nothing there → `404 registration socket does not exist`.
+//!
+//! The driver itself is not checked (fixture `registrar-healthz-driver-down.txt`: 200 with the
+//! driver stopped). Bodies carry no trailing newline and no `X-Content-Type-Options`, because
+//! upstream writes them with `WriteHeader` + `Write` rather than `http.Error`. Every other path
+//! is Go's `404 page not found` (no `/metrics`: the registrar has no metrics). Upstream bounds
+//! only the `GetInfo` call by `--timeout` and the connect by its 30 s default; here the connect
+//! is bounded by `--timeout` as well, so a wedged socket fails the probe promptly.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::Response;
+use axum::routing::any;
+use hyper_util::rt::TokioIo;
+use proto::pluginregistration::v1::InfoRequest;
+use proto::pluginregistration::v1::registration_client::RegistrationClient;
+use tokio::net::UnixStream;
+use tonic::transport::{Endpoint, Uri};
+
+use crate::socket::{self, PathState};
+
+/// Body of the 404 when the socket is missing (upstream's text).
+pub const SOCKET_MISSING: &str = "registration socket does not exist";
+
+/// The verdict of one health check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    /// The socket answered `GetInfo` with our driver name.
+    Healthy,
+    /// The socket file does not exist.
+    SocketMissing,
+    /// Anything else, with upstream's error text.
+    Unhealthy(String),
+}
+
+/// Checks the registration socket the way upstream's `/healthz` does.
+#[derive(Debug, Clone)]
+pub struct HealthCheck {
+    socket: PathBuf,
+    driver_name: String,
+    timeout: Duration,
+}
+
+impl HealthCheck {
+    /// A check of `socket`, expecting `driver_name`, bounded by `timeout` (`--timeout`).
+    pub fn new(socket: PathBuf, driver_name: String, timeout: Duration) -> Self {
+        Self {
+            socket,
+            driver_name,
+            timeout,
+        }
+    }
+
+    /// Runs one check.
+    pub async fn check(&self) -> Health {
+        match socket::path_state(&self.socket) {
+            Ok(PathState::Missing) => Health::SocketMissing,
+            Ok(PathState::Socket) => match self.get_info().await {
+                Ok(()) => Health::Healthy,
+                Err(reason) => Health::Unhealthy(reason),
+            },
+            Err(err) => Health::Unhealthy(csi_common::logging::error_chain(&err)),
+        }
+    }
+
+    async fn get_info(&self) -> Result<(), String> {
+        tracing::debug!(socketfile = %self.socket.display(), "Attempting to open a gRPC connection");
+        let channel = tokio::time::timeout(self.timeout, connect(&self.socket))
+            .await
+            .unwrap_or_else(|_| Err("context deadline exceeded".to_owned()))
+            .map_err(|err| {
+                format!(
+                    "error connecting to node-registrar socket {}: {err}",
+                    self.socket.display()
+                )
+            })?;
+        tracing::debug!("Calling node registrar to check if it still responds");
+        let mut request = tonic::Request::new(InfoRequest {});
+        request.set_timeout(self.timeout);
+        let mut client = RegistrationClient::new(channel);
+        let info = match tokio::time::timeout(self.timeout, client.get_info(request)).await {
+            Ok(Ok(response)) => response.into_inner(),
+            Ok(Err(status)) => {
+                return Err(format!(
+                    "error getting info from node-registrar socket: rpc error: code = {} desc = {}",
+                    csi_common::status::code_name(status.code()),
+                    status.message()
+                ));
+            }
+            Err(_elapsed) => {
+                return Err(
+                    "error getting info from node-registrar socket: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+                        .to_owned(),
+                );
+            }
+        };
+        if info.name == self.driver_name {
+            Ok(())
+        } else {
+            Err(format!("invalid driver name {}", info.name))
+        }
+    }
+}
+
+/// One connection attempt to the unix socket at `path` (no retries: the socket is local).
+async fn connect(path: &Path) -> Result<tonic::transport::Channel, String> {
+    let path = path.to_owned();
+    // The URI only fills in :authority; the connector ignores it.
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { UnixStream::connect(path).await.map(TokioIo::new) }
+        }))
+        .await
+        .map_err(|err| csi_common::logging::error_chain(&err))
+}
+
+/// The routes of the registrar's HTTP server: `/healthz` (any method, as Go's mux) and Go's
+/// 404 for everything else.
+pub fn router(check: HealthCheck) -> Router {
+    let check = Arc::new(check);
+    Router::new()
+        .route(
+            "/healthz",
+            any(move || {
+                let check = Arc::clone(&check);
+                async move { respond(&check.check().await) }
+            }),
+        )
+        .fallback(|| std::future::ready(csi_common::http::not_found()))
+}
+
+fn respond(health: &Health) -> Response {
+    let (status, body) = match health {
+        Health::Healthy => {
+            tracing::trace!("Health check succeeded");
+            (StatusCode::OK, "ok".to_owned())
+        }
+        Health::SocketMissing => {
+            tracing::error!("Health check failed, registration socket does not exist");
+            (StatusCode::NOT_FOUND, SOCKET_MISSING.to_owned())
+        }
+        Health::Unhealthy(reason) => {
+            tracing::error!(error = %reason, "Health check failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, reason.clone())
+        }
+    };
+    let mut response = csi_common::http::text(status, body);
+    response
+        .headers_mut()
+        .remove(header::X_CONTENT_TYPE_OPTIONS);
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    async fn get(router: Router, path: &str) -> (StatusCode, String, bool) {
+        let response = router
+            .oneshot(Request::post(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let nosniff = response
+            .headers()
+            .contains_key(header::X_CONTENT_TYPE_OPTIONS);
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap(), nosniff)
+    }
+
+    #[tokio::test]
+    async fn a_missing_socket_is_404_and_a_regular_file_500() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x-reg.sock");
+        let check = HealthCheck::new(path.clone(), "x".to_owned(), Duration::from_secs(1));
+        let (status, body, nosniff) = get(router(check.clone()), "/healthz").await;
+        assert_eq!(
+            (status, body.as_str(), nosniff),
+            (StatusCode::NOT_FOUND, SOCKET_MISSING, false)
+        );
+
+        std::fs::write(&path, b"").unwrap();
+        let (status, body, _) = get(router(check), "/healthz").await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            body,
+            format!(
+                "file exists in socketPath {} but it's not a socket.",
+                path.display()
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_socket_nobody_listens_on_is_500_with_the_connect_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x-reg.sock");
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        let check = HealthCheck::new(path.clone(), "x".to_owned(), Duration::from_secs(1));
+        let health = check.check().await;
+        let Health::Unhealthy(reason) = health else {
+            panic!("{health:?}");
+        };
+        let prefix = format!(
+            "error connecting to node-registrar socket {}: ",
+            path.display()
+        );
+        assert!(reason.starts_with(&prefix), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn other_paths_are_gos_404() {
+        let check = HealthCheck::new(
+            "/nonexistent".into(),
+            "x".to_owned(),
+            Duration::from_secs(1),
+        );
+        for path in ["/metrics", "/", "/healthz/", "/debug/pprof/"] {
+            let (status, body, nosniff) = get(router(check.clone()), path).await;
+            assert_eq!(
+                (status, body.as_str(), nosniff),
+                (StatusCode::NOT_FOUND, "404 page not found\n", true),
+                "{path}"
+            );
+        }
+    }
+}

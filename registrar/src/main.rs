@@ -1,0 +1,111 @@
+//! The `csi-node-driver-registrar` binary: parse flags, set up logging and the runtime, run.
+//!
+//! Exit codes as upstream: 2 for flag syntax errors, 0 for `--help`, `--version`,
+//! `--mode=kubelet-registration-probe` and a shutdown signal, 1 for every fatal error
+//! (including kubelet reporting a failed registration).
+
+use std::process::ExitCode;
+
+use registrar::args::{Args, Startup};
+
+fn main() -> ExitCode {
+    let args: Args = match csi_common::flags::parse(std::env::args_os()) {
+        Ok(args) => args,
+        // Usage errors exit 2 and --help exits 0, like Go's flag package.
+        Err(err) => err.exit(),
+    };
+    // Upstream validates the logging configuration before it looks at --version.
+    let _logging = match csi_common::logging::init(&args.logging) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!(
+                "LoggingConfiguration is invalid: {}",
+                csi_common::logging::error_chain(&err)
+            );
+            return ExitCode::from(1);
+        }
+    };
+    let automaxprocs = args.logging.automaxprocs;
+    let connection_timeout_set = !args.connection_timeout.is_zero();
+    let enable_pprof = args.enable_pprof;
+    let mode = args.mode.clone();
+    let config = match Startup::try_from(args) {
+        Ok(Startup::PrintVersion) => {
+            print_version();
+            return ExitCode::SUCCESS;
+        }
+        Ok(Startup::RegistrationProbe) => {
+            // A no-op since upstream v2.9 (#309); old manifests still use it as an exec probe.
+            return ExitCode::SUCCESS;
+        }
+        Ok(Startup::Run(config)) => *config,
+        Err(err) => {
+            tracing::error!("{err}");
+            return ExitCode::from(1);
+        }
+    };
+    tracing::info!(version = registrar::VERSION, "Version");
+    tracing::info!(%mode, "Running node-driver-registrar");
+    if connection_timeout_set {
+        tracing::info!("--connection-timeout is deprecated and will have no effect");
+    }
+    if enable_pprof {
+        tracing::warn!(
+            "--enable-pprof has no effect: Go's pprof profiling endpoints do not exist in this implementation"
+        );
+    }
+
+    let available = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let threads = csi_common::runtime::worker_threads(
+        automaxprocs,
+        std::path::Path::new("/sys/fs/cgroup"),
+        available,
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build();
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot start the async runtime");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(async {
+        let shutdown = match csi_common::shutdown::signals() {
+            Ok(signals) => signals,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot install signal handlers");
+                return ExitCode::from(1);
+            }
+        };
+        let shutdown = async move {
+            let signal = shutdown.await;
+            tracing::info!(%signal, "Shutting down: removing the registration socket");
+        };
+        match registrar::run(config, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                tracing::error!(error = %csi_common::logging::error_chain(&err), "node-driver-registrar failed");
+                ExitCode::from(1)
+            }
+        }
+    });
+    // Do not wait for connection tasks (a NotifyRegistrationStatus left unanswered on purpose).
+    runtime.shutdown_background();
+    code
+}
+
+/// `<argv0> <version>` on stdout, as Go's `fmt.Println(os.Args[0], version)`.
+#[allow(
+    clippy::print_stdout,
+    reason = "--version output goes to stdout, as upstream's"
+)]
+fn print_version() {
+    let argv0 = std::env::args_os()
+        .next()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    println!("{argv0} {}", registrar::VERSION);
+}
