@@ -7,6 +7,7 @@
 //! environment on its own, parses argv, or exits the process: binaries pass values in and decide
 //! what a returned error or a resolved loss signal means for the process.
 
+pub mod access_modes;
 pub mod capabilities;
 pub mod connection;
 pub mod flags;
@@ -16,6 +17,7 @@ pub mod kube_client;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
+pub mod quantity;
 pub mod rpc_log;
 pub mod runtime;
 pub mod shutdown;
