@@ -1,6 +1,12 @@
 //! Discovery: `/version`, `/api`, `/apis`, `/apis/<group>`, the per-version resource lists
 //! (fixtures n1-n7) and aggregated discovery (`APIGroupDiscoveryList`, fixtures n8, n9), all
 //! generated from the resource registry so `kubectl get` and kube-rs discovery work.
+//!
+//! A minimal OpenAPI v3 (`/openapi/v3`) is served too: only the PATCH operation of every
+//! resource, tagged with its group/version/kind and the `fieldValidation` parameter. That is
+//! what kubectl looks up to decide that the server validates fields itself (so `kubectl
+//! create -f` sends `fieldValidation=Strict` instead of downloading schemas); there are no
+//! schemas.
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -305,4 +311,86 @@ fn discovery_group(group: &str) -> String {
         ("freshness", s("Current")),
     ]);
     obj(&[("metadata", metadata), ("versions", array(&[version]))])
+}
+
+fn group_version_path(r: &ResourceInfo) -> String {
+    if r.group.is_empty() {
+        format!("api/{}", r.version)
+    } else {
+        format!("apis/{}/{}", r.group, r.version)
+    }
+}
+
+/// GET /openapi/v3: the index of per-group-version documents.
+pub(crate) fn openapi_root() -> Response {
+    let mut paths: Vec<String> = resources::all().iter().map(group_version_path).collect();
+    paths.dedup();
+    let entries: Vec<(String, String)> = paths
+        .iter()
+        .map(|p| {
+            (
+                p.clone(),
+                obj(&[(
+                    "serverRelativeURL",
+                    s(&format!("/openapi/v3/{p}?hash=testbed")),
+                )]),
+            )
+        })
+        .collect();
+    let fields: Vec<(&str, String)> = entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    respond(obj(&[("paths", obj(&fields))]))
+}
+
+/// GET /openapi/v3/<group version>: PATCH operations with their GVK and `fieldValidation`.
+pub(crate) fn openapi_group_version(path: &str) -> Response {
+    let list: Vec<&ResourceInfo> = resources::all()
+        .iter()
+        .filter(|r| group_version_path(r) == path)
+        .collect();
+    if list.is_empty() {
+        return ApiError::unknown_path().into_response();
+    }
+    let entries: Vec<(String, String)> = list
+        .iter()
+        .map(|r| {
+            let url = if r.namespaced {
+                format!("/{path}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+            } else {
+                format!("/{path}/{}/{{name}}", r.plural)
+            };
+            let gvk = obj(&[
+                ("group", s(r.group)),
+                ("version", s(r.version)),
+                ("kind", s(r.kind)),
+            ]);
+            let param = obj(&[
+                ("name", s("fieldValidation")),
+                ("in", s("query")),
+                ("schema", obj(&[("type", s("string"))])),
+            ]);
+            let patch = obj(&[
+                ("operationId", s(&format!("patch{}", r.kind))),
+                ("parameters", array(&[param])),
+                ("responses", "{}".to_owned()),
+                ("x-kubernetes-action", s("patch")),
+                ("x-kubernetes-group-version-kind", gvk),
+            ]);
+            (url, obj(&[("patch", patch)]))
+        })
+        .collect();
+    let fields: Vec<(&str, String)> = entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    respond(obj(&[
+        ("openapi", s("3.0.0")),
+        (
+            "info",
+            obj(&[("title", s("Kubernetes")), ("version", s("v1.36.2"))]),
+        ),
+        ("paths", obj(&fields)),
+    ]))
 }

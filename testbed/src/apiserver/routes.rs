@@ -79,6 +79,8 @@ pub(crate) struct ResourceRequest {
 
 enum Route {
     Version,
+    OpenApiRoot,
+    OpenApi(String),
     Health,
     Api,
     Apis,
@@ -101,6 +103,8 @@ fn parse_route(path: &str) -> Route {
         .collect();
     match segments.as_slice() {
         ["version"] => return Route::Version,
+        ["openapi", "v3"] => return Route::OpenApiRoot,
+        ["openapi", "v3", rest @ ..] => return Route::OpenApi(rest.join("/")),
         ["healthz" | "livez" | "readyz", ..] => return Route::Health,
         ["api"] => return Route::Api,
         ["apis"] => return Route::Apis,
@@ -229,6 +233,8 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
     };
     match route {
         Route::Version => discovery::version(),
+        Route::OpenApiRoot => discovery::openapi_root(),
+        Route::OpenApi(gv) => discovery::openapi_group_version(&gv),
         Route::Health => text_ok(),
         Route::Api => discovery::api(&parts.headers),
         Route::Apis => discovery::apis(&parts.headers),

@@ -1,7 +1,13 @@
 //! Helpers shared by the `apiserver_*` integration tests: raw HTTP exchanges against the
 //! in-process router and scrubbing of server-generated fields before comparing bodies.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::missing_panics_doc,
+    reason = "test helpers shared by several test crates; a failure should panic"
+)]
 
 use axum::body::Body;
 use http::{HeaderMap, Method, Request};
@@ -158,4 +164,59 @@ pub async fn fixture_server() -> ApiServer {
         assert_eq!(r.status, 201, "{}", r.body);
     }
     server
+}
+
+/// An open watch: one data frame per event.
+pub struct Watch {
+    body: axum::body::Body,
+}
+
+impl Watch {
+    /// Open a watch (the response status must be 200).
+    pub async fn open(server: &ApiServer, path: &str) -> Watch {
+        let request = Request::builder().uri(path).body(Body::empty()).unwrap();
+        let response = server.router().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "application/json");
+        Watch {
+            body: response.into_body(),
+        }
+    }
+
+    /// The next frame as text, `None` when the stream ended.
+    pub async fn next_frame(&mut self) -> Option<String> {
+        use http_body_util::BodyExt;
+        loop {
+            let frame = self.body.frame().await?.unwrap();
+            if let Ok(data) = frame.into_data() {
+                return Some(String::from_utf8(data.to_vec()).unwrap());
+            }
+        }
+    }
+
+    /// The next event as JSON, asserting it is exactly one newline-terminated line.
+    pub async fn next_event(&mut self) -> Option<Value> {
+        let frame = self.next_frame().await?;
+        assert!(
+            frame.ends_with('\n') && frame.matches('\n').count() == 1,
+            "one event per frame: {frame:?}"
+        );
+        Some(serde_json::from_str(&frame).unwrap())
+    }
+
+    /// The next event's (type, object name, resourceVersion).
+    pub async fn next_summary(&mut self) -> Option<(String, String, String)> {
+        let e = self.next_event().await?;
+        Some((
+            e["type"].as_str().unwrap().to_owned(),
+            e["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+            e["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+        ))
+    }
 }

@@ -1,0 +1,262 @@
+//! WATCH exchanges of the golden fixtures (b1-b5, c1, c4, d1, d2, d4): framing (one event per
+//! chunk, newline-terminated), bookmark shapes, the initial-events-end bookmark, resume from a
+//! resourceVersion, 410 as an ERROR event, streams ending at timeoutSeconds or on
+//! `drop_watches()`. Paused clock: timeouts elapse instantly.
+
+mod apiserver_support;
+
+use apiserver_support::*;
+use serde_json::json;
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_without_resource_version_replays_state_then_marks_the_end_with_a_bookmark() {
+    let s = fixture_server().await;
+    let rv = s.resource_version();
+    for query in [
+        "watch=1&allowWatchBookmarks=true&timeoutSeconds=3",
+        "watch=1&allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds=3",
+    ] {
+        // b3, b5
+        let mut w = Watch::open(&s, &format!("{PVCS}?{query}")).await;
+        for name in ["fx-list-a", "fx-list-b", "fx-list-c"] {
+            let e = w.next_event().await.unwrap();
+            assert_eq!(
+                (e["type"].as_str(), e["object"]["metadata"]["name"].as_str()),
+                (Some("ADDED"), Some(name))
+            );
+            assert_eq!(
+                e["object"]["kind"], "PersistentVolumeClaim",
+                "watch objects carry kind"
+            );
+        }
+        let bookmark = w.next_frame().await.unwrap();
+        assert_eq!(
+            bookmark,
+            format!(
+                "{{\"type\":\"BOOKMARK\",\"object\":{{\"kind\":\"PersistentVolumeClaim\",\"apiVersion\":\"v1\",\"metadata\":{{\"resourceVersion\":\"{rv}\",\"annotations\":{{\"k8s.io/initial-events-end\":\"true\"}}}},\"spec\":{{\"resources\":{{}}}},\"status\":{{}}}}}}\n"
+            )
+        );
+        assert_eq!(
+            w.next_frame().await,
+            None,
+            "the stream ends at timeoutSeconds with no final event"
+        );
+    }
+    // b4: without allowWatchBookmarks there is no bookmark at all.
+    let mut w = Watch::open(&s, &format!("{PVCS}?watch=1&timeoutSeconds=3")).await;
+    let mut types = Vec::new();
+    while let Some((t, _, _)) = w.next_summary().await {
+        types.push(t);
+    }
+    assert_eq!(types, vec!["ADDED", "ADDED", "ADDED"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_from_a_resource_version_streams_changes_and_the_last_state_on_delete() {
+    let s = fixture_server().await;
+    let from = s.resource_version();
+    // b1: create, label patch, delete (finalizer), finalizer removal.
+    let mut w = Watch::open(
+        &s,
+        &format!("{PVCS}?watch=1&allowWatchBookmarks=true&resourceVersion={from}&timeoutSeconds=5"),
+    )
+    .await;
+    assert_eq!(post(&s, PVCS, &pvc("fx-watch")).await.status, 201);
+    let path = format!("{PVCS}/fx-watch");
+    patch(
+        &s,
+        &path,
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"step":"patched"}}}"#,
+    )
+    .await;
+    delete(&s, &path, "").await;
+    let r = patch(
+        &s,
+        &path,
+        "application/merge-patch+json",
+        r#"{"metadata":{"finalizers":null}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(w.next_event().await.unwrap());
+    }
+    let types: Vec<_> = seen
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(types, vec!["ADDED", "MODIFIED", "MODIFIED", "DELETED"]);
+    assert!(seen[2]["object"]["metadata"]["deletionTimestamp"].is_string());
+    let deleted = &seen[3]["object"];
+    assert_eq!(
+        deleted["metadata"]["finalizers"],
+        json!(["kubernetes.io/pvc-protection"]),
+        "DELETED carries the last stored state"
+    );
+    let rvs: Vec<u64> = seen
+        .iter()
+        .map(|e| {
+            e["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(rvs.windows(2).all(|p| p[0] < p[1]), "{rvs:?}");
+    assert_eq!(rvs[3], s.resource_version());
+    // Two seconds before the deadline comes a periodic bookmark at the last RV (b1), then the end.
+    let bookmark = w.next_frame().await.unwrap();
+    assert_eq!(
+        bookmark,
+        format!(
+            "{{\"type\":\"BOOKMARK\",\"object\":{{\"kind\":\"PersistentVolumeClaim\",\"apiVersion\":\"v1\",\"metadata\":{{\"resourceVersion\":\"{}\"}},\"spec\":{{\"resources\":{{}}}},\"status\":{{}}}}}}\n",
+            rvs[3]
+        )
+    );
+    assert_eq!(w.next_frame().await, None);
+    // Resuming from the middle replays exactly the later events.
+    let mut resumed = Watch::open(
+        &s,
+        &format!("{PVCS}?watch=1&resourceVersion={}&timeoutSeconds=1", rvs[1]),
+    )
+    .await;
+    assert_eq!(resumed.next_summary().await.unwrap().0, "MODIFIED");
+    assert_eq!(resumed.next_summary().await.unwrap().0, "DELETED");
+    assert_eq!(resumed.next_frame().await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_too_old_resource_version_is_one_error_event_and_a_future_one_is_silence() {
+    let s = fixture_server().await;
+    post(&s, PVCS, &pvc("bump")).await;
+    s.faults().compact();
+    let oldest = s.resource_version();
+    // c1
+    let mut w = Watch::open(
+        &s,
+        &format!("{PVCS}?watch=1&allowWatchBookmarks=true&resourceVersion=1&timeoutSeconds=5"),
+    )
+    .await;
+    assert_eq!(
+        w.next_frame().await.unwrap(),
+        format!(
+            "{{\"type\":\"ERROR\",\"object\":{{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{{}},\"status\":\"Failure\",\"message\":\"too old resource version: 1 ({oldest})\",\"reason\":\"Expired\",\"code\":410}}}}\n"
+        )
+    );
+    assert_eq!(w.next_frame().await, None);
+    // c4
+    let mut w = Watch::open(
+        &s,
+        &format!("{PVCS}?watch=1&resourceVersion=100538&timeoutSeconds=10"),
+    )
+    .await;
+    post(&s, PVCS, &pvc("ignored")).await;
+    assert_eq!(w.next_frame().await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn streaming_lists_send_initial_events_then_live_ones() {
+    let s = fixture_server().await;
+    // d1
+    let rv = s.resource_version();
+    let mut w = Watch::open(&s, &format!("{PVCS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=4")).await;
+    for _ in 0..3 {
+        assert_eq!(w.next_summary().await.unwrap().0, "ADDED");
+    }
+    let end = w.next_event().await.unwrap();
+    assert_eq!(end["type"], "BOOKMARK");
+    assert_eq!(
+        end["object"]["metadata"],
+        json!({"resourceVersion": rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}})
+    );
+    patch(
+        &s,
+        &format!("{PVCS}/fx-list-b"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"step":"live-after-initial-events"}}}"#,
+    )
+    .await;
+    let (t, name, _) = w.next_summary().await.unwrap();
+    assert_eq!((t.as_str(), name.as_str()), ("MODIFIED", "fx-list-b"));
+    // d2 (resourceVersion=0) and d4 (no bookmarks: no end marker).
+    let mut w = Watch::open(&s, &format!("{PVCS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds=2")).await;
+    let mut types = Vec::new();
+    while let Some((t, _, _)) = w.next_summary().await {
+        types.push(t);
+    }
+    assert_eq!(types, vec!["ADDED", "ADDED", "ADDED", "BOOKMARK"]);
+    let mut w = Watch::open(&s, &format!("{PVCS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=2")).await;
+    let mut types = Vec::new();
+    while let Some((t, _, _)) = w.next_summary().await {
+        types.push(t);
+    }
+    assert_eq!(types, vec!["ADDED", "ADDED", "ADDED"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_watches_ends_every_open_stream_at_once() {
+    let s = fixture_server().await;
+    let mut a = Watch::open(
+        &s,
+        &format!(
+            "{PVCS}?watch=1&resourceVersion={}&timeoutSeconds=300",
+            s.resource_version()
+        ),
+    )
+    .await;
+    let mut b = Watch::open(&s, "/api/v1/persistentvolumes?watch=1&timeoutSeconds=300").await;
+    tokio::task::yield_now().await;
+    s.faults().drop_watches();
+    assert_eq!(a.next_frame().await, None);
+    assert_eq!(b.next_frame().await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_label_selected_watch_sees_objects_enter_and_leave_the_selection() {
+    let s = fixture_server().await;
+    let mut w = Watch::open(
+        &s,
+        &format!(
+            "{PVCS}?watch=1&labelSelector=team%3Dblue&resourceVersion={}&timeoutSeconds=5",
+            s.resource_version()
+        ),
+    )
+    .await;
+    let a = format!("{PVCS}/fx-list-a");
+    patch(
+        &s,
+        &a,
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"team":"blue"}}}"#,
+    )
+    .await;
+    patch(
+        &s,
+        &a,
+        "application/merge-patch+json",
+        r#"{"metadata":{"annotations":{"x":"y"}}}"#,
+    )
+    .await;
+    patch(
+        &s,
+        &a,
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"team":"red"}}}"#,
+    )
+    .await;
+    patch(
+        &s,
+        &format!("{PVCS}/fx-list-b"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"other":"x"}}}"#,
+    )
+    .await;
+    let mut types = Vec::new();
+    for _ in 0..3 {
+        types.push(w.next_summary().await.unwrap().0);
+    }
+    assert_eq!(types, vec!["ADDED", "MODIFIED", "DELETED"]);
+}
