@@ -3,9 +3,16 @@
 //! carry no generated values), object shapes with uid/timestamps/resourceVersions scrubbed,
 //! and the framing facts (trailing newlines, headers).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failed step should panic with its error"
+)]
+
 mod apiserver_support;
 
 use apiserver_support::*;
+use base64::Engine;
 use serde_json::json;
 use testbed::apiserver::ApiServer;
 
@@ -29,7 +36,6 @@ async fn a_limited_list_pages_with_upstream_continue_tokens_and_remaining_counts
         "list items carry no kind (a1)"
     );
     let token = j1["metadata"]["continue"].as_str().unwrap().to_owned();
-    use base64::Engine;
     let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(&token)
         .unwrap();

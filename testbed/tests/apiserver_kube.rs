@@ -3,6 +3,12 @@
 //! through watch expiry (timeoutSeconds), dropped watches (an apiserver restart) and a
 //! compaction that forces a 410 and a re-list — with LIST+WATCH and with streaming lists.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failed step should panic with its error"
+)]
+
 use std::time::Duration;
 
 use futures::StreamExt;

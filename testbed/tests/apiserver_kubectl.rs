@@ -2,6 +2,12 @@
 //! `kubectl create -f` and `kubectl get pvc,pv -A`. Skipped (with a note) where kubectl is
 //! not installed.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failed step should panic with its error"
+)]
+
 use std::path::Path;
 use std::time::Duration;
 

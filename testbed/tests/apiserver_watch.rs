@@ -3,6 +3,12 @@
 //! resourceVersion, 410 as an ERROR event, streams ending at timeoutSeconds or on
 //! `drop_watches()`. Paused clock: timeouts elapse instantly.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failed step should panic with its error"
+)]
+
 mod apiserver_support;
 
 use apiserver_support::*;
