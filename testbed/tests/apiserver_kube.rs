@@ -301,3 +301,56 @@ async fn a_listening_server_serves_clients_built_from_its_kubeconfig() {
         ("1", "36")
     );
 }
+
+#[tokio::test]
+async fn direct_store_access_bypasses_admission_and_is_seen_by_watchers() {
+    let server = ApiServer::new();
+    let mut bound = pvc("preset");
+    bound.metadata.namespace = Some("default".to_owned());
+    bound.status = Some(serde_json::from_value(json!({"phase": "Bound"})).unwrap());
+    let stored = server.put_object(&bound).unwrap();
+    assert!(stored.metadata.uid.is_some() && stored.metadata.resource_version.is_some());
+    assert_eq!(
+        stored.metadata.finalizers, None,
+        "no admission: no pvc-protection finalizer"
+    );
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(server.client(), "default");
+    let got = pvcs.get("preset").await.unwrap();
+    assert_eq!(got.status.unwrap().phase.as_deref(), Some("Bound"));
+    assert_eq!(
+        server
+            .get_object::<PersistentVolumeClaim>(Some("default"), "preset")
+            .unwrap()
+            .unwrap()
+            .metadata
+            .uid,
+        stored.metadata.uid
+    );
+    assert_eq!(
+        server
+            .list_objects::<PersistentVolumeClaim>(None)
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        server
+            .delete_object::<PersistentVolumeClaim>(Some("default"), "preset")
+            .unwrap()
+    );
+    assert!(pvcs.get_opt("preset").await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn injected_latency_delays_every_request() {
+    let server = ApiServer::new();
+    let namespaces: Api<Namespace> = Api::all(server.client());
+    server.faults().add_latency(Duration::from_secs(2));
+    let start = tokio::time::Instant::now();
+    namespaces.list(&ListParams::default()).await.unwrap();
+    assert!(start.elapsed() >= Duration::from_secs(2));
+    server.faults().clear();
+    let start = tokio::time::Instant::now();
+    namespaces.list(&ListParams::default()).await.unwrap();
+    assert!(start.elapsed() < Duration::from_secs(1));
+}
