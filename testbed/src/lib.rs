@@ -1,3 +1,4 @@
 //! placeholder
 
 pub mod apiserver;
+pub mod kcm;
