@@ -26,7 +26,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -249,6 +249,9 @@ pub type CsiChannel = RpcLog<Channel>;
 pub struct Connection {
     channel: CsiChannel,
     address: CsiAddress,
+    /// While any clone of the connection lives, a closed socket is a loss; once the caller
+    /// dropped every clone, the socket closing is just the end of the connection.
+    _in_use: Arc<()>,
 }
 
 impl Connection {
@@ -341,7 +344,9 @@ pub async fn connect(
     // klog V(5), TRACE here (crate::logging).
     tracing::trace!(address = %address, "Connecting");
 
-    let dial = dial_until_connected(address, &loss_sender);
+    let in_use = Arc::new(());
+    let watch_in_use = Arc::downgrade(&in_use);
+    let dial = dial_until_connected(address, &loss_sender, &watch_in_use);
     tokio::pin!(dial);
     let give_up = async {
         match options.connect_timeout.and_then(|t| start.checked_add(t)) {
@@ -370,13 +375,18 @@ pub async fn connect(
     let connection = Connection {
         channel: layer.layer(channel),
         address: address.clone(),
+        _in_use: in_use,
     };
     Ok((connection, ConnectionLoss::new(loss_receiver)))
 }
 
 /// Attempts connections until one succeeds, sleeping with a capped exponential backoff between
 /// attempts.
-async fn dial_until_connected(address: &CsiAddress, loss: &Arc<watch::Sender<bool>>) -> Channel {
+async fn dial_until_connected(
+    address: &CsiAddress,
+    loss: &Arc<watch::Sender<bool>>,
+    in_use: &Weak<()>,
+) -> Channel {
     // The URI only supplies :authority; grpc-go uses "localhost" for unix targets.
     let endpoint = Endpoint::from_static("http://localhost");
     let mut backoff = INITIAL_CONNECT_BACKOFF;
@@ -386,6 +396,7 @@ async fn dial_until_connected(address: &CsiAddress, loss: &Arc<watch::Sender<boo
         let dialer = Arc::new(Dialer {
             address: address.clone(),
             loss: Arc::clone(loss),
+            in_use: in_use.clone(),
             state: Mutex::new(DialState::default()),
         });
         let connector = tower::service_fn(move |_: Uri| Arc::clone(&dialer).dial());
@@ -396,7 +407,7 @@ async fn dial_until_connected(address: &CsiAddress, loss: &Arc<watch::Sender<boo
         match attempt.await {
             Ok(Ok(channel)) => return channel,
             Ok(Err(err)) => {
-                tracing::debug!(address = %address, error = %ErrorChain(&err), "Connection attempt failed");
+                tracing::debug!(address = %address, error = crate::logging::error_chain(&err), "Connection attempt failed");
             }
             Err(_elapsed) => {
                 tracing::debug!(address = %address, "Connection attempt timed out");
@@ -412,6 +423,7 @@ async fn dial_until_connected(address: &CsiAddress, loss: &Arc<watch::Sender<boo
 struct Dialer {
     address: CsiAddress,
     loss: Arc<watch::Sender<bool>>,
+    in_use: Weak<()>,
     state: Mutex<DialState>,
 }
 
@@ -421,41 +433,111 @@ struct DialState {
     lost: bool,
 }
 
-type DialFuture = Pin<Box<dyn Future<Output = io::Result<TokioIo<UnixStream>>> + Send>>;
+type DialFuture = Pin<Box<dyn Future<Output = io::Result<TokioIo<WatchedStream>>> + Send>>;
 
 impl Dialer {
     fn dial(self: Arc<Self>) -> DialFuture {
         Box::pin(async move {
             {
-                let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-                if state.have_connected && !state.lost {
-                    // tonic only re-dials after the previous connection closed.
-                    tracing::error!(address = %self.address, "Lost connection");
-                    state.lost = true;
-                    self.loss.send_replace(true);
+                let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                if state.have_connected {
+                    // tonic only re-dials after the previous connection closed; normally the
+                    // closed stream has already reported the loss (see `WatchedStream`).
+                    drop(state);
+                    self.report_loss();
                 }
             }
             let stream = UnixStream::connect(self.address.path()).await?;
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             state.have_connected = true;
             state.lost = false;
-            Ok(TokioIo::new(stream))
+            Ok(TokioIo::new(WatchedStream {
+                inner: stream,
+                dialer: Arc::clone(&self),
+            }))
         })
+    }
+
+    /// Logs and signals a lost connection, once per established connection.
+    fn report_loss(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.have_connected && !state.lost {
+            tracing::error!(address = %self.address, "Lost connection");
+            state.lost = true;
+            self.loss.send_replace(true);
+        }
     }
 }
 
-/// Displays an error with its sources joined by ": ".
-struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+/// The driver socket, watched for the peer closing it.
+///
+/// grpc-go notices a closed transport at once (its connection goroutine is always reading)
+/// and re-dials in the background, which is where csi-lib-utils reports the loss. tonic re-dials
+/// lazily, on the next call, so an idle sidecar would not notice a dead driver. hyper's
+/// connection task does keep reading the socket, so end-of-file or a read error here is the
+/// same moment grpc-go would notice. A connection that hyper closes after the driver's GOAWAY
+/// (a graceful server stop) ends without a read of end-of-file, so dropping the stream while the
+/// caller still holds the [`Connection`] counts as a loss too.
+struct WatchedStream {
+    inner: UnixStream,
+    dialer: Arc<Dialer>,
+}
 
-impl fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(err) = source {
-            write!(f, ": {err}")?;
-            source = err.source();
+impl Drop for WatchedStream {
+    fn drop(&mut self) {
+        if self.dialer.in_use.strong_count() > 0 {
+            self.dialer.report_loss();
         }
-        Ok(())
+    }
+}
+
+impl tokio::io::AsyncRead for WatchedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let closed = match &polled {
+            Poll::Ready(Ok(())) => buf.filled().len() == before && buf.remaining() > 0,
+            Poll::Ready(Err(_)) => true,
+            Poll::Pending => false,
+        };
+        if closed {
+            self.dialer.report_loss();
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for WatchedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 }
 

@@ -400,3 +400,20 @@ async fn calls_to_a_vanished_driver_are_recorded_as_unavailable() {
     );
     assert!(!text.contains("unknown-non-grpc"), "{text}");
 }
+
+#[tokio::test]
+async fn an_idle_connection_notices_the_driver_going_away_without_a_call() {
+    let (_dir, path, address) = socket();
+    let server = Server::start(&path, Driver::default());
+    let (conn, loss) = connection::connect(&address, quick(), metrics())
+        .await
+        .unwrap();
+    probe(&conn).await.unwrap();
+
+    // No call after the driver stops: grpc-go would still notice the closed transport, and
+    // a controller sidecar must exit even when it has no work.
+    server.stop().await;
+    tokio::time::timeout(Duration::from_secs(5), loss)
+        .await
+        .expect("the loss of an idle connection was not signalled");
+}
