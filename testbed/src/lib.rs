@@ -1,5 +1,7 @@
-//! placeholder
+//! Test tooling for the CSI sidecars: a mock CSI driver on a unix socket, an in-memory
+//! Kubernetes API server and fakes of the other cluster parts the sidecars talk to.
 
 pub mod apiserver;
 pub mod kcm;
 pub mod kubelet;
+pub mod mock_csi;
