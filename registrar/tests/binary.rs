@@ -1,0 +1,581 @@
+//! Whole-binary tests: the real `csi-node-driver-registrar` executable between the workspace's
+//! mock CSI driver and the fake kubelet plugin watcher (`testbed::kubelet`), all on temp-dir
+//! unix sockets, with `/healthz` observed over real HTTP as kubelet's liveness probe sees it.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failed step should panic with its error"
+)]
+
+use std::net::SocketAddr;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use testbed::http_client::{self, HttpResponse};
+use testbed::kubelet::{FakeKubelet, KubeletConfig, KubeletEvent, NotifyOutcome, Verdict};
+use testbed::mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_csi-node-driver-registrar");
+const DRIVER: &str = "hostpath.csi.k8s.io";
+const WAIT: Duration = Duration::from_secs(15);
+
+fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// A node: the driver's socket directory, the plugins registry directory and the driver.
+struct Node {
+    _dir: tempfile::TempDir,
+    plugins: PathBuf,
+    driver: MockDriverHandle,
+}
+
+impl Node {
+    async fn new() -> Self {
+        Self::with_driver(DRIVER).await
+    }
+
+    async fn with_driver(name: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let plugins = dir.path().join("plugins_registry");
+        std::fs::create_dir(&plugins).unwrap();
+        let config = MockDriverConfig {
+            driver_name: name.to_owned(),
+            node_id: "ref-node".to_owned(),
+            ..MockDriverConfig::default()
+        };
+        let driver = MockDriver::start(config, dir.path().join("csi/csi.sock"))
+            .await
+            .unwrap();
+        Self {
+            _dir: dir,
+            plugins,
+            driver,
+        }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.plugins.join(format!("{DRIVER}-reg.sock"))
+    }
+
+    fn kubelet(&self) -> FakeKubelet {
+        self.kubelet_with(Verdict::Accept)
+    }
+
+    fn kubelet_with(&self, verdict: Verdict) -> FakeKubelet {
+        FakeKubelet::start(KubeletConfig {
+            verdict,
+            dial_timeout: Duration::from_secs(1),
+            initial_backoff: Duration::from_millis(100),
+            ..KubeletConfig::new(&self.plugins)
+        })
+        .unwrap()
+    }
+
+    /// The flags every test passes: this node's sockets; the host path is the same file here.
+    fn args(&self) -> Vec<String> {
+        vec![
+            format!("--csi-address={}", self.driver.socket_path().display()),
+            format!(
+                "--kubelet-registration-path={}",
+                self.driver.socket_path().display()
+            ),
+            format!("--plugin-registration-path={}", self.plugins.display()),
+        ]
+    }
+
+    fn start(&self, extra: &[&str]) -> Registrar {
+        let mut args = self.args();
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        Registrar::spawn(&args, None)
+    }
+
+    fn start_with_http(&self, extra: &[&str]) -> Registrar {
+        let addr = free_port();
+        let mut args = self.args();
+        args.push(format!("--http-endpoint={addr}"));
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        Registrar::spawn(&args, Some(addr))
+    }
+}
+
+struct Registrar {
+    child: Child,
+    http: Option<SocketAddr>,
+}
+
+impl Registrar {
+    fn spawn(args: &[String], http: Option<SocketAddr>) -> Self {
+        let child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Self { child, http }
+    }
+
+    async fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
+        http_client::get(self.http.unwrap(), path, Duration::from_secs(10)).await
+    }
+
+    async fn signal(&self, signal: &str) {
+        let pid = self.child.id().unwrap();
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit by itself and returns its exit code and stderr.
+    async fn exit(self) -> (Option<i32>, String) {
+        let output: Output = tokio::time::timeout(WAIT, self.child.wait_with_output())
+            .await
+            .expect("the registrar did not exit in time")
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+}
+
+async fn wait_for_path(path: &Path, present: bool) {
+    for _ in 0..300 {
+        if path.exists() == present {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{} never became present={present}", path.display());
+}
+
+fn assert_private_socket(path: &Path) {
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    assert!(
+        meta.file_type().is_socket(),
+        "{} is not a socket",
+        path.display()
+    );
+    // srwx------, what upstream's umask 0077 produces.
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
+}
+
+#[tokio::test]
+async fn registration_with_the_kubelet_succeeds() {
+    let node = Node::new().await;
+    let kubelet = node.kubelet();
+    let registrar = node.start_with_http(&[]);
+
+    let plugin = kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
+    assert_eq!(plugin.socket, node.socket());
+    assert_eq!(
+        plugin.endpoint,
+        node.driver.socket_path().display().to_string()
+    );
+    assert_eq!(plugin.supported_versions, ["1.0.0"]);
+    assert_eq!(plugin.notified, NotifyOutcome::Acknowledged);
+    // Kubelet dialled the endpoint the registrar announced and got the node id.
+    assert_eq!(plugin.node.unwrap().node_id, "ref-node");
+    assert_private_socket(&node.socket());
+    // The registrar itself only asks for the driver name (fixture
+    // startup-csi-node-driver-registrar.txt); NodeGetInfo came from the kubelet.
+    assert_eq!(node.driver.call_count(Method::GetPluginInfo), 1);
+    assert_eq!(node.driver.call_count(Method::NodeGetInfo), 1);
+    // Nothing else is left in the registry directory (no temporary files).
+    let entries: Vec<_> = std::fs::read_dir(&node.plugins).unwrap().collect();
+    assert_eq!(entries.len(), 1);
+
+    let healthz = registrar.get("/healthz").await.unwrap();
+    assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok"));
+    assert_eq!(
+        healthz.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    // fixture registrar-metrics-404.txt: no metrics at all.
+    let metrics = registrar.get("/metrics").await.unwrap();
+    assert_eq!(
+        (metrics.status, metrics.body.as_str()),
+        (404, "404 page not found\n")
+    );
+    assert_eq!(metrics.header("x-content-type-options"), Some("nosniff"));
+}
+
+#[tokio::test]
+async fn a_failed_registration_reported_by_the_kubelet_ends_the_registrar_with_exit_code_1() {
+    let node = Node::new().await;
+    let kubelet = node.kubelet_with(Verdict::Reject("CSINode is not ready".to_owned()));
+    let registrar = node.start(&[]);
+
+    let (code, stderr) = registrar.exit().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr
+            .contains("Registration process failed with error, restarting registration container"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("CSINode is not ready"), "{stderr}");
+    // Upstream exits before answering: the kubelet's notification call fails.
+    let event = kubelet
+        .wait_event(0, WAIT, |e| {
+            matches!(e, KubeletEvent::RegistrationFailed { .. })
+        })
+        .await
+        .unwrap();
+    let KubeletEvent::RegistrationFailed { notified, .. } = event else {
+        unreachable!()
+    };
+    assert!(matches!(notified, NotifyOutcome::Failed(_)), "{notified:?}");
+    // Upstream leaves the socket behind; the next start removes it.
+    assert!(node.socket().exists());
+    assert!(kubelet.registered().is_empty());
+
+    // The restarted container registers once kubelet accepts.
+    kubelet.set_verdict(Verdict::Accept);
+    let _registrar = node.start(&[]);
+    kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_deleted_registration_socket_comes_back_and_the_driver_registers_again() {
+    let node = Node::new().await;
+    let kubelet = node.kubelet();
+    let _registrar = node.start(&["--registration-socket-check-interval=200ms"]);
+    kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
+
+    let before = kubelet.events().len();
+    std::fs::remove_file(node.socket()).unwrap();
+    kubelet
+        .wait_event(before, WAIT, |e| {
+            matches!(e, KubeletEvent::Deregistered { .. })
+        })
+        .await
+        .unwrap();
+    kubelet
+        .wait_event(before, WAIT, |e| matches!(e, KubeletEvent::Registered(_)))
+        .await
+        .unwrap();
+    assert_private_socket(&node.socket());
+    assert_eq!(kubelet.registered().len(), 1);
+}
+
+#[tokio::test]
+async fn the_default_check_interval_recreates_the_socket_within_seconds() {
+    let node = Node::new().await;
+    let kubelet = node.kubelet();
+    let _registrar = node.start(&[]);
+    kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
+    std::fs::remove_file(node.socket()).unwrap();
+    wait_for_path(&node.socket(), false).await;
+    wait_for_path(&node.socket(), true).await;
+}
+
+#[tokio::test]
+async fn re_registration_after_a_kubelet_restart_works() {
+    let node = Node::new().await;
+    let kubelet = node.kubelet();
+    let _registrar = node.start(&[]);
+    kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
+    kubelet.stop().await;
+
+    // A restarted kubelet finds the existing socket and registers the driver again.
+    let restarted = node.kubelet();
+    let plugin = restarted.wait_registered(DRIVER, WAIT).await.unwrap();
+    assert_eq!(plugin.notified, NotifyOutcome::Acknowledged);
+    assert_eq!(node.driver.call_count(Method::NodeGetInfo), 2);
+}
+
+#[tokio::test]
+async fn healthz_is_ok_while_the_socket_answers_and_404_once_it_is_gone() {
+    let node = Node::new().await;
+    let kubelet = node.kubelet();
+    let registrar = node.start_with_http(&["--registration-socket-check-interval=0"]);
+    kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
+    let healthz = registrar.get("/healthz").await.unwrap();
+    assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok"));
+
+    // fixture registrar-healthz-driver-down.txt: only the registration socket is checked.
+    node.driver.stop().await.unwrap();
+    let healthz = registrar.get("/healthz").await.unwrap();
+    assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok"));
+
+    std::fs::remove_file(node.socket()).unwrap();
+    let healthz = registrar.get("/healthz").await.unwrap();
+    assert_eq!(
+        (healthz.status, healthz.body.as_str()),
+        (404, "registration socket does not exist")
+    );
+    assert_eq!(healthz.header("x-content-type-options"), None);
+    kubelet.wait_deregistered(DRIVER, WAIT).await.unwrap();
+
+    // Something that is not a socket: 500 with upstream's text.
+    std::fs::write(node.socket(), b"").unwrap();
+    let healthz = registrar.get("/healthz").await.unwrap();
+    assert_eq!(healthz.status, 500);
+    assert_eq!(
+        healthz.body,
+        format!(
+            "file exists in socketPath {} but it's not a socket.",
+            node.socket().display()
+        )
+    );
+}
+
+#[tokio::test]
+async fn sigterm_removes_the_registration_socket_and_exits_0() {
+    let node = Node::new().await;
+    let kubelet = node.kubelet();
+    let registrar = node.start(&[]);
+    kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
+
+    registrar.signal("TERM").await;
+    let (code, stderr) = registrar.exit().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!node.socket().exists());
+    kubelet.wait_deregistered(DRIVER, WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn sigint_also_removes_the_registration_socket_and_exits_0() {
+    let node = Node::new().await;
+    let registrar = node.start(&[]);
+    wait_for_path(&node.socket(), true).await;
+    registrar.signal("INT").await;
+    let (code, stderr) = registrar.exit().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!node.socket().exists());
+}
+
+#[tokio::test]
+async fn a_stale_socket_is_replaced_but_a_regular_file_is_a_fatal_error() {
+    let node = Node::new().await;
+    drop(std::os::unix::net::UnixListener::bind(node.socket()).unwrap());
+    let kubelet = node.kubelet();
+    let registrar = node.start(&[]);
+    kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
+    registrar.signal("TERM").await;
+    assert_eq!(registrar.exit().await.0, Some(0));
+
+    std::fs::write(node.socket(), b"precious").unwrap();
+    let (code, stderr) = node.start(&[]).exit().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("but it's not a socket"), "{stderr}");
+    assert_eq!(std::fs::read(node.socket()).unwrap(), b"precious");
+}
+
+#[tokio::test]
+async fn a_missing_registration_directory_is_a_clear_error_with_exit_code_1() {
+    let node = Node::new().await;
+    std::fs::remove_dir(&node.plugins).unwrap();
+    let (code, stderr) = node.start(&[]).exit().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("plugin registration directory"), "{stderr}");
+    assert!(
+        stderr.contains(&node.plugins.display().to_string()),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn driver_names_that_cannot_name_a_socket_file_exit_1() {
+    for name in ["example.com/driver", ".hidden.example.com"] {
+        let node = Node::with_driver(name).await;
+        let (code, stderr) = node.start(&[]).exit().await;
+        assert_eq!(code, Some(1), "{name}: {stderr}");
+        assert!(
+            stderr.contains("cannot form a registration socket file name"),
+            "{name}: {stderr}"
+        );
+        assert_eq!(
+            std::fs::read_dir(&node.plugins).unwrap().count(),
+            0,
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_get_plugin_info_error_or_a_slow_answer_exits_1_without_retrying() {
+    let node = Node::new().await;
+    node.driver.inject(Fault::error(
+        Method::GetPluginInfo,
+        tonic::Code::Internal,
+        "not initialised",
+    ));
+    let (code, stderr) = node.start(&[]).exit().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("not initialised"), "{stderr}");
+    assert_eq!(node.driver.call_count(Method::GetPluginInfo), 1);
+
+    node.driver.clear_faults();
+    node.driver
+        .inject(Fault::delay(Method::GetPluginInfo, Duration::from_secs(3)));
+    let started = tokio::time::Instant::now();
+    let (code, stderr) = node.start(&["--timeout=500ms"]).exit().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(started.elapsed() < Duration::from_millis(2500));
+    assert_eq!(std::fs::read_dir(&node.plugins).unwrap().count(), 0);
+}
+
+/// Upstream gives up on a missing driver socket after csi-lib-utils' 30 s connect timeout.
+#[tokio::test]
+async fn an_unreachable_driver_exits_1_after_30_seconds() {
+    let node = Node::new().await;
+    node.driver.stop().await.unwrap();
+    let started = tokio::time::Instant::now();
+    let registrar = node.start(&[]);
+    let output = tokio::time::timeout(Duration::from_mins(1), registrar.child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(took >= Duration::from_secs(29), "{took:?}");
+    assert!(took < Duration::from_secs(45), "{took:?}");
+    assert!(stderr.contains("context deadline exceeded"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_signal_while_waiting_for_the_driver_exits_0() {
+    let node = Node::new().await;
+    node.driver.stop().await.unwrap();
+    let registrar = node.start(&[]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    registrar.signal("TERM").await;
+    assert_eq!(registrar.exit().await.0, Some(0));
+}
+
+#[tokio::test]
+async fn a_busy_http_endpoint_exits_1_before_anything_is_registered() {
+    let node = Node::new().await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, stderr) = node.start(&["--http-endpoint", &addr]).exit().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(std::fs::read_dir(&node.plugins).unwrap().count(), 0);
+}
+
+async fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(BIN).args(args).stdin(Stdio::null()).output();
+    let output = tokio::time::timeout(Duration::from_secs(10), output)
+        .await
+        .unwrap()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn version_prints_argv0_and_the_version_with_either_dash_form() {
+    for flag in ["--version", "-version", "--version=true"] {
+        let (code, stdout, _) = run(&[flag]).await;
+        assert_eq!(code, Some(0), "{flag}");
+        assert_eq!(
+            stdout,
+            format!("{BIN} v{}\n", env!("CARGO_PKG_VERSION")),
+            "{flag}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn flag_errors_exit_2_and_help_exits_0() {
+    for args in [
+        &["--timeout=fast"][..],
+        &["--health-port=port"],
+        &["--no-such-flag"],
+        &["--kubeconfig=/k"],
+        &["--logtostderr"],
+        &["--enable-pprof", "false"],
+    ] {
+        assert_eq!(run(args).await.0, Some(2), "{args:?}");
+    }
+    let (code, stdout, _) = run(&["--help"]).await;
+    assert_eq!(code, Some(0));
+    for flag in [
+        "--csi-address",
+        "--kubelet-registration-path",
+        "--plugin-registration-path",
+        "--timeout",
+        "--health-port",
+        "--http-endpoint",
+        "--mode",
+        "--enable-pprof",
+        "--connection-timeout",
+        "--version",
+    ] {
+        assert!(stdout.contains(flag), "{flag} missing from --help");
+    }
+}
+
+#[tokio::test]
+async fn fatal_flag_combinations_exit_1() {
+    const HOST: &str = "--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock";
+    for args in [
+        &[][..],
+        &["--mode=kubelet-registration-probe"],
+        &["--kubelet-registration-path=relative/csi.sock"],
+        &[HOST, "--health-port=9809", "--http-endpoint=:9810"],
+        &[HOST, "--csi-address=tcp://127.0.0.1:1"],
+        &[HOST, "--logging-format=json", "--vmodule=x=5"],
+    ] {
+        let (code, _, stderr) = run(args).await;
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+    }
+    let (_, _, stderr) = run(&[]).await;
+    assert!(
+        stderr.contains("kubelet-registration-path is a required parameter"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn the_kubelet_registration_probe_mode_is_a_no_op_that_exits_0() {
+    let (code, _, stderr) = run(&[
+        "--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock",
+        "--mode=kubelet-registration-probe",
+    ])
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    // Single-dash spelling, as exec probes in the wild write it.
+    let (code, _, _) = run(&[
+        "-kubelet-registration-path",
+        "/var/lib/kubelet/plugins/x/csi.sock",
+        "-mode",
+        "kubelet-registration-probe",
+    ])
+    .await;
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn deprecated_flags_are_accepted_and_the_health_port_serves_healthz() {
+    let node = Node::new().await;
+    let kubelet = node.kubelet();
+    let port = free_port().port();
+    let mut args = node.args();
+    args.extend([
+        format!("-health-port={port}"),
+        "-connection-timeout=30s".to_owned(),
+        "-mode=registration".to_owned(),
+        "-enable-pprof".to_owned(),
+        "-v=5".to_owned(),
+    ]);
+    let registrar = Registrar::spawn(&args, Some(SocketAddr::from(([127, 0, 0, 1], port))));
+    kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
+    let healthz = registrar.get("/healthz").await.unwrap();
+    assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok"));
+}
