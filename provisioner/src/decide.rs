@@ -1,0 +1,243 @@
+//! Which claims and volumes are this provisioner's business, and what to do with them next
+//! (spec §4.1, §5 steps 1-3).
+//!
+//! Rust counterpart of external-provisioner's `ShouldProvision` plus the lib's
+//! `shouldProvision` (claims) and the lib's `isProvisionerForVolume`,
+//! `handleProtectionFinalizer` and `shouldDelete` (volumes). Pure decisions over the objects;
+//! the controller carries them out.
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use crate::plan_error::PlanError;
+
+/// Claim annotation (set by kube-controller-manager) naming the provisioner that should act.
+pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+/// Older spelling of [`ANN_STORAGE_PROVISIONER`], read when the GA one is absent.
+pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
+/// CSI migration: the CSI driver an in-tree claim or volume was handed to.
+pub const ANN_MIGRATED_TO: &str = "pv.kubernetes.io/migrated-to";
+/// The node the scheduler picked for a WaitForFirstConsumer claim.
+pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// Ancient spelling of [`ANN_SELECTED_NODE`], still read by the lib.
+pub const ANN_ALPHA_SELECTED_NODE: &str = "volume.alpha.kubernetes.io/selected-node";
+/// Beta class annotation; takes precedence over `spec.storageClassName` on claims and volumes.
+pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+/// PV annotation: the provisioner that created the volume (the class's `provisioner`).
+pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+/// PV annotation: provisioner secret name for DeleteVolume (empty when none).
+pub const ANN_DELETION_SECRET_NAME: &str = "volume.kubernetes.io/provisioner-deletion-secret-name";
+/// PV annotation: provisioner secret namespace for DeleteVolume (empty when none).
+pub const ANN_DELETION_SECRET_NAMESPACE: &str =
+    "volume.kubernetes.io/provisioner-deletion-secret-namespace";
+/// PV annotation: ControllerModifyVolume secret name (read by external-resizer).
+pub const ANN_CONTROLLER_MODIFY_SECRET_NAME: &str =
+    "volume.kubernetes.io/controller-modify-secret-name";
+/// PV annotation: ControllerModifyVolume secret namespace.
+pub const ANN_CONTROLLER_MODIFY_SECRET_NAMESPACE: &str =
+    "volume.kubernetes.io/controller-modify-secret-namespace";
+/// Finalizer that keeps a PV (and so the knowledge of its storage) until DeleteVolume succeeded.
+pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+/// `spec.csi.volumeAttributes` key holding the provisioner instance identity.
+pub const PROVISIONER_ID_KEY: &str = "storage.kubernetes.io/csiProvisionerIdentity";
+
+const BINDING_WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
+const PHASE_BOUND: &str = "Bound";
+const PHASE_RELEASED: &str = "Released";
+const RECLAIM_DELETE: &str = "Delete";
+const RECLAIM_RETAIN: &str = "Retain";
+const RECLAIM_RECYCLE: &str = "Recycle";
+
+/// What to do with a claim.
+#[derive(Debug)]
+pub enum ClaimStep {
+    /// Not ours, already bound, or its class names another provisioner: nothing to do, no Event.
+    Ignore,
+    /// WaitForFirstConsumer class and the scheduler has not picked a node yet.
+    WaitForSelectedNode,
+    /// Plan and create the volume.
+    Provision {
+        /// The scheduler's node (or a node-deployment instance's), if any.
+        selected_node: Option<String>,
+    },
+    /// Cannot proceed now ([`PlanError::StorageClassNotFound`]: retry with backoff, no Event).
+    Fail(PlanError),
+}
+
+/// Decides whether a claim needs a volume from `driver_name` (spec §4.1 steps 2-4).
+///
+/// `class` is the claim's StorageClass (named by [`claim_class_name`]) from the cache, `None` if
+/// it does not exist. Claims are ours when `volume.kubernetes.io/storage-provisioner` (or, only
+/// if that is absent, the beta annotation) names the driver. `pv.kubernetes.io/migrated-to`
+/// alone does not make a claim ours: the lib still needs the storage-provisioner annotation to
+/// name a provisioner it knows, and this provisioner knows no in-tree names. Phase and
+/// deletionTimestamp are not looked at (upstream does not either).
+pub fn decide_claim(
+    driver_name: &str,
+    pvc: &PersistentVolumeClaim,
+    class: Option<&StorageClass>,
+) -> ClaimStep {
+    let volume_name = pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+    if volume_name.is_some_and(|name| !name.is_empty()) {
+        return ClaimStep::Ignore;
+    }
+    let annotation = |key: &str| {
+        pvc.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    };
+    let provisioner =
+        annotation(ANN_STORAGE_PROVISIONER).or_else(|| annotation(ANN_BETA_STORAGE_PROVISIONER));
+    if provisioner != Some(driver_name) {
+        return ClaimStep::Ignore;
+    }
+    let Some(class) = class else {
+        return ClaimStep::Fail(PlanError::StorageClassNotFound {
+            name: claim_class_name(pvc),
+        });
+    };
+    if class.provisioner != driver_name {
+        // The class was changed to another provisioner after the annotation was set.
+        return ClaimStep::Ignore;
+    }
+    if class.volume_binding_mode.as_deref() == Some(BINDING_WAIT_FOR_FIRST_CONSUMER) {
+        // The lib looks at the GA annotation only here (the alpha one only when provisioning).
+        return match annotation(ANN_SELECTED_NODE) {
+            Some(node) if !node.is_empty() => ClaimStep::Provision {
+                selected_node: Some(node.to_owned()),
+            },
+            _ => ClaimStep::WaitForSelectedNode,
+        };
+    }
+    ClaimStep::Provision {
+        selected_node: selected_node(pvc).map(str::to_owned),
+    }
+}
+
+/// The claim's selected node: the GA annotation, else the alpha one; an empty value counts as
+/// none.
+pub fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    let annotations = pvc.metadata.annotations.as_ref()?;
+    annotations
+        .get(ANN_SELECTED_NODE)
+        .or_else(|| annotations.get(ANN_ALPHA_SELECTED_NODE))
+        .map(String::as_str)
+        .filter(|node| !node.is_empty())
+}
+
+/// The claim's class name: the beta annotation if present (even empty), else
+/// `spec.storageClassName`, else "" (Kubernetes `GetPersistentVolumeClaimClass`).
+pub fn claim_class_name(pvc: &PersistentVolumeClaim) -> String {
+    if let Some(class) = pvc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_BETA_STORAGE_CLASS))
+    {
+        return class.clone();
+    }
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default()
+}
+
+/// The volume's class name, same precedence as [`claim_class_name`] (Kubernetes
+/// `GetPersistentVolumeClass`).
+pub fn pv_class_name(pv: &PersistentVolume) -> String {
+    if let Some(class) = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_BETA_STORAGE_CLASS))
+    {
+        return class.clone();
+    }
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default()
+}
+
+/// What to do with a PersistentVolume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VolumeStep {
+    /// Another provisioner's (or a non-CSI static) volume.
+    Ignore,
+    /// Ours, Bound, reclaim policy Delete, not being deleted, no finalizer yet: add
+    /// [`PV_FINALIZER`] (strategic-merge patch) so the storage cannot be orphaned by deleting
+    /// the PV object first.
+    AddFinalizer,
+    /// Ours with reclaim policy Retain or Recycle and our finalizer: remove it, deleting such a
+    /// PV must never wait for us.
+    RemoveFinalizer,
+    /// Released with reclaim policy Delete: DeleteVolume, delete the PV object, then remove
+    /// [`PV_FINALIZER`].
+    Delete,
+    /// Ours, nothing to do now.
+    Nothing,
+}
+
+/// Decides the next step for a volume (spec §5 steps 1-3).
+///
+/// Ownership: with `pv.kubernetes.io/provisioned-by`, it or `pv.kubernetes.io/migrated-to` must
+/// name the driver; without it (a statically created PV), `spec.csi.driver` must, or
+/// `migrated-to`. A finalizer change is returned before any deletion decision: the controller
+/// patches and sees the volume again. Retain and Recycle volumes never reach the driver.
+pub fn decide_volume(driver_name: &str, pv: &PersistentVolume) -> VolumeStep {
+    if !is_ours(driver_name, pv) {
+        return VolumeStep::Ignore;
+    }
+    let spec = pv.spec.as_ref();
+    let reclaim = spec.and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
+    let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
+    let deleting = pv.metadata.deletion_timestamp.is_some();
+    let has_finalizer = pv
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == PV_FINALIZER));
+
+    if reclaim == Some(RECLAIM_DELETE) && !deleting && phase == Some(PHASE_BOUND) && !has_finalizer
+    {
+        return VolumeStep::AddFinalizer;
+    }
+    if matches!(reclaim, Some(RECLAIM_RETAIN | RECLAIM_RECYCLE)) && has_finalizer {
+        return VolumeStep::RemoveFinalizer;
+    }
+    if deleting && !has_finalizer {
+        // Our finalizer is gone: the storage was deleted already.
+        return VolumeStep::Nothing;
+    }
+    if phase == Some(PHASE_RELEASED) && reclaim == Some(RECLAIM_DELETE) {
+        return VolumeStep::Delete;
+    }
+    VolumeStep::Nothing
+}
+
+fn is_ours(driver_name: &str, pv: &PersistentVolume) -> bool {
+    let annotations = pv.metadata.annotations.as_ref();
+    let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
+    let migrated_to_us = annotation(ANN_MIGRATED_TO) == Some(driver_name);
+    match annotation(ANN_PROVISIONED_BY) {
+        Some(provisioner) => provisioner == driver_name || migrated_to_us,
+        None => match pv.spec.as_ref().and_then(|s| s.csi.as_ref()) {
+            Some(csi) => csi.driver == driver_name,
+            None => migrated_to_us,
+        },
+    }
+}
+
+/// The CSI volume id to delete: `spec.csi.volumeHandle` ("invalid CSI PV" without `spec.csi`).
+pub fn volume_handle(pv: &PersistentVolume) -> Result<&str, PlanError> {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .map(|csi| csi.volume_handle.as_str())
+        .ok_or(PlanError::InvalidCsiPv)
+}
+
+#[cfg(test)]
+mod tests;

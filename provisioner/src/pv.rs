@@ -1,0 +1,239 @@
+//! The PersistentVolume written for a created volume (spec §2.2, §4.5): what external-provisioner's
+//! `Provision` fills in plus what the lib adds before saving (claimRef, finalizer,
+//! `pv.kubernetes.io/provisioned-by`, storage class name).
+//!
+//! The shape matches a PV the Go provisioner wrote (fixture `pv-0-created-by-provisioner.json`),
+//! so tools that read PVs see no difference.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeSpec,
+    SecretReference,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use proto::csi::v1::CreateVolumeResponse;
+use proto::csi::v1::volume_capability::access_mode::Mode;
+use thiserror::Error;
+
+use crate::decide::{
+    ANN_CONTROLLER_MODIFY_SECRET_NAME, ANN_CONTROLLER_MODIFY_SECRET_NAMESPACE,
+    ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE, ANN_PROVISIONED_BY,
+    PROVISIONER_ID_KEY, PV_FINALIZER, claim_class_name,
+};
+use crate::plan_error::ProvisioningState;
+use crate::request::{
+    ProvisionInputs, ProvisionOptions, ProvisionPlan, RESOURCE_STORAGE, SecretRef,
+};
+use crate::topology::node_affinity;
+
+/// Why a successful CreateVolume cannot become a PV. Every case is
+/// [`ProvisioningState::InBackground`]: CreateVolume is repeated (with the same name, so the
+/// driver returns the same volume or a corrected one).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BuildPvError {
+    /// The response has no `volume` (upstream would crash on it).
+    #[error("CreateVolume response has no volume")]
+    NoVolume,
+    /// The volume has an empty `volume_id`: nothing to put in the PV or to delete.
+    #[error("CreateVolume response has a volume with an empty volume_id")]
+    EmptyVolumeId,
+    /// The driver made a smaller volume than asked: delete it (with the provisioner secrets) and
+    /// retry.
+    #[error("created volume capacity {created} less than requested capacity {requested}")]
+    CapacityTooSmall {
+        /// The volume to delete.
+        volume_id: String,
+        /// `capacity_bytes` returned.
+        created: i64,
+        /// `required_bytes` sent.
+        requested: i64,
+    },
+    /// The claim has a data source but the driver did not say it used one: delete and retry.
+    #[error("volume content source missing")]
+    ContentSourceMissing {
+        /// The volume to delete.
+        volume_id: String,
+    },
+}
+
+impl BuildPvError {
+    /// Always [`ProvisioningState::InBackground`] (see the type's documentation).
+    pub fn state(&self) -> ProvisioningState {
+        ProvisioningState::InBackground
+    }
+
+    /// The volume the controller must DeleteVolume before retrying, if any.
+    pub fn cleanup_volume_id(&self) -> Option<&str> {
+        match self {
+            Self::CapacityTooSmall { volume_id, .. } | Self::ContentSourceMissing { volume_id } => {
+                Some(volume_id)
+            }
+            Self::NoVolume | Self::EmptyVolumeId => None,
+        }
+    }
+
+    /// Upstream's event text when that DeleteVolume failed too: the volume is orphaned.
+    pub fn with_cleanup_failure(&self, pv_name: &str, cleanup_error: &str) -> String {
+        // Upstream spells "Cleanup" in capitals for the capacity case only.
+        let cleanup = match self {
+            Self::ContentSourceMissing { .. } => "cleanup",
+            _ => "Cleanup",
+        };
+        format!("{self}. {cleanup} of volume {pv_name} failed, volume is orphaned: {cleanup_error}")
+    }
+}
+
+/// Builds the PersistentVolume for a successful CreateVolume.
+pub fn build_pv(
+    opts: &ProvisionOptions,
+    inputs: &ProvisionInputs<'_>,
+    plan: &ProvisionPlan,
+    response: &CreateVolumeResponse,
+) -> Result<PersistentVolume, BuildPvError> {
+    let volume = response.volume.as_ref().ok_or(BuildPvError::NoVolume)?;
+    if volume.volume_id.is_empty() {
+        return Err(BuildPvError::EmptyVolumeId);
+    }
+    let pvc = inputs.pvc;
+    let class = inputs.class;
+    let claim_spec = pvc.spec.as_ref();
+
+    // CSI lets a driver report 0 ("unknown", e.g. NFS); Kubernetes needs a size, so use the
+    // requested one.
+    let capacity = if volume.capacity_bytes == 0 {
+        plan.requested_bytes
+    } else if volume.capacity_bytes < plan.requested_bytes {
+        return Err(BuildPvError::CapacityTooSmall {
+            volume_id: volume.volume_id.clone(),
+            created: volume.capacity_bytes,
+            requested: plan.requested_bytes,
+        });
+    } else {
+        volume.capacity_bytes
+    };
+    if claim_spec.is_some_and(|s| s.data_source.is_some()) && volume.content_source.is_none() {
+        return Err(BuildPvError::ContentSourceMissing {
+            volume_id: volume.volume_id.clone(),
+        });
+    }
+
+    // A lone ReadOnlyMany capability may be published read-only (--controller-publish-readonly).
+    let capabilities = &plan.request.volume_capabilities;
+    let read_only = opts.controller_publish_readonly
+        && capabilities.len() == 1
+        && capabilities[0].access_mode.map(|m| m.mode) == Some(Mode::MultiNodeReaderOnly as i32);
+
+    let mut attributes = BTreeMap::from([(
+        PROVISIONER_ID_KEY.to_owned(),
+        opts.provisioner_identity.clone(),
+    )]);
+    // The driver's volume context wins over our identity key on collision, as upstream.
+    attributes.extend(
+        volume
+            .volume_context
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+
+    let secrets = &plan.pv_secrets;
+    let csi = CSIPersistentVolumeSource {
+        driver: opts.driver_name.clone(),
+        volume_handle: volume.volume_id.clone(),
+        read_only: read_only.then_some(true),
+        fs_type: (!plan.block && !plan.fs_type.is_empty()).then(|| plan.fs_type.clone()),
+        volume_attributes: Some(attributes),
+        controller_publish_secret_ref: secrets.controller_publish.as_ref().map(secret_reference),
+        node_stage_secret_ref: secrets.node_stage.as_ref().map(secret_reference),
+        node_publish_secret_ref: secrets.node_publish.as_ref().map(secret_reference),
+        controller_expand_secret_ref: secrets.controller_expand.as_ref().map(secret_reference),
+        node_expand_secret_ref: secrets.node_expand.as_ref().map(secret_reference),
+    };
+    let annotations = annotations(class, plan);
+
+    let class_name = claim_class_name(pvc);
+    let spec = PersistentVolumeSpec {
+        access_modes: claim_spec.and_then(|s| s.access_modes.clone()),
+        capacity: Some(BTreeMap::from([(
+            RESOURCE_STORAGE.to_owned(),
+            Quantity(csi_common::quantity::format_binary_si(capacity)),
+        )])),
+        claim_ref: Some(claim_ref(pvc)),
+        csi: Some(csi),
+        mount_options: class.mount_options.clone(),
+        node_affinity: if opts.supports_topology() {
+            node_affinity(&volume.accessible_topology)
+        } else {
+            None
+        },
+        persistent_volume_reclaim_policy: class.reclaim_policy.clone(),
+        storage_class_name: (!class_name.is_empty()).then_some(class_name),
+        volume_mode: claim_spec.and_then(|s| s.volume_mode.clone()),
+        ..PersistentVolumeSpec::default()
+    };
+    Ok(PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(plan.pv_name.clone()),
+            annotations: Some(annotations),
+            finalizers: Some(vec![PV_FINALIZER.to_owned()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// The PV's annotations: who provisioned it and which secrets later calls need.
+fn annotations(class: &StorageClass, plan: &ProvisionPlan) -> BTreeMap<String, String> {
+    // Always both deletion-secret annotations, empty when there is no provisioner secret: their
+    // presence tells the delete path not to fall back to the (possibly changed) class.
+    let deletion = plan.provisioner_secret.as_ref();
+    let mut annotations = BTreeMap::from([
+        (ANN_PROVISIONED_BY.to_owned(), class.provisioner.clone()),
+        (
+            ANN_DELETION_SECRET_NAME.to_owned(),
+            deletion.map(|s| s.name.clone()).unwrap_or_default(),
+        ),
+        (
+            ANN_DELETION_SECRET_NAMESPACE.to_owned(),
+            deletion.map(|s| s.namespace.clone()).unwrap_or_default(),
+        ),
+    ]);
+    // Only when configured (there is no PV field for it): external-resizer reads these.
+    if let Some(modify) = &plan.pv_secrets.controller_modify {
+        annotations.insert(
+            ANN_CONTROLLER_MODIFY_SECRET_NAME.to_owned(),
+            modify.name.clone(),
+        );
+        annotations.insert(
+            ANN_CONTROLLER_MODIFY_SECRET_NAMESPACE.to_owned(),
+            modify.namespace.clone(),
+        );
+    }
+    annotations
+}
+
+/// The claimRef that pre-binds the PV to its claim (client-go `ref.GetReference`).
+fn claim_ref(pvc: &k8s_openapi::api::core::v1::PersistentVolumeClaim) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("PersistentVolumeClaim".to_owned()),
+        name: pvc.metadata.name.clone(),
+        namespace: pvc.metadata.namespace.clone(),
+        uid: pvc.metadata.uid.clone(),
+        resource_version: pvc.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+fn secret_reference(secret: &SecretRef) -> SecretReference {
+    SecretReference {
+        name: Some(secret.name.clone()),
+        namespace: Some(secret.namespace.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,391 @@
+//! The CreateVolume request for a claim, and everything about it the PersistentVolume needs
+//! later (spec §4.3, upstream `prepareProvision`).
+//!
+//! [`plan_provision`] runs upstream's checks in upstream's order, so a claim with several
+//! problems reports the same one first. It reads nothing but its arguments: the controller
+//! passes the claim, its class and a snapshot of Nodes/CSINodes, then fetches the provisioner
+//! secret named in the plan and fills `request.secrets` itself.
+//!
+//! Features this provisioner does not implement yet (clone, snapshot restore,
+//! VolumeAttributesClass) fail with [`PlanError::NotSupported`] rather than producing a volume
+//! that silently lacks them. Other data source kinds belong to volume populators and are left
+//! alone, as upstream does.
+
+use std::collections::{BTreeMap, HashMap};
+
+use csi_common::access_modes;
+use csi_common::capabilities::{ControllerCapabilities, PluginCapabilities};
+use csi_common::quantity;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec};
+use k8s_openapi::api::storage::v1::StorageClass;
+use proto::csi::v1::volume_capability::access_mode::Mode;
+use proto::csi::v1::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+use proto::csi::v1::{CapacityRange, CreateVolumeRequest, TopologyRequirement, VolumeCapability};
+
+use crate::naming::volume_name;
+use crate::params;
+use crate::plan_error::{MissingCapability, PlanError, UnsupportedFeature};
+use crate::secrets::{self, ClaimTokens, SecretKind};
+use crate::topology::{self, RequirementInputs, TopologyError};
+
+pub use crate::secrets::{PvSecretRefs, SecretRef};
+pub use crate::topology::TopologyView;
+
+/// `spec.volumeMode` of raw block claims.
+pub const VOLUME_MODE_BLOCK: &str = "Block";
+/// The resource name of a claim's size request.
+pub const RESOURCE_STORAGE: &str = "storage";
+const SNAPSHOT_KIND: &str = "VolumeSnapshot";
+const SNAPSHOT_API_GROUP: &str = "snapshot.storage.k8s.io";
+const PVC_KIND: &str = "PersistentVolumeClaim";
+
+/// The provisioner's configuration that shapes requests and PVs (flags plus what the driver
+/// reported at start-up).
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "one field per upstream boolean flag, named like the flag"
+)]
+#[derive(Debug, Clone)]
+pub struct ProvisionOptions {
+    /// The driver's name (GetPluginInfo).
+    pub driver_name: String,
+    /// `--volume-name-prefix`.
+    pub volume_name_prefix: String,
+    /// `--volume-name-uuid-length` (-1 = whole UID).
+    pub volume_name_uuid_length: i64,
+    /// `--default-fstype`.
+    pub default_fstype: String,
+    /// `--extra-create-metadata`.
+    pub extra_create_metadata: bool,
+    /// `--strict-topology`.
+    pub strict_topology: bool,
+    /// `--immediate-topology`.
+    pub immediate_topology: bool,
+    /// `--controller-publish-readonly`.
+    pub controller_publish_readonly: bool,
+    /// `<unix-millis>-<rand 0..9999>-<driver>`, generated once per process, written into every
+    /// PV's volume attributes.
+    pub provisioner_identity: String,
+    /// GetPluginCapabilities.
+    pub plugin_caps: PluginCapabilities,
+    /// ControllerGetCapabilities.
+    pub controller_caps: ControllerCapabilities,
+}
+
+impl ProvisionOptions {
+    /// Whether the driver takes accessibility requirements and reports accessible topology
+    /// (VOLUME_ACCESSIBILITY_CONSTRAINTS; the Topology feature gate is GA and always on).
+    pub fn supports_topology(&self) -> bool {
+        self.plugin_caps.has_volume_accessibility_constraints()
+    }
+}
+
+/// One claim to plan for.
+#[derive(Debug, Clone, Copy)]
+pub struct ProvisionInputs<'a> {
+    /// The claim (possibly a stored copy of a claim deleted meanwhile).
+    pub pvc: &'a PersistentVolumeClaim,
+    /// Its StorageClass.
+    pub class: &'a StorageClass,
+    /// From [`crate::decide::ClaimStep::Provision`].
+    pub selected_node: Option<&'a str>,
+    /// Nodes and CSINodes. Only read when the driver supports topology and no requirement is
+    /// cached.
+    pub topology: TopologyView<'a>,
+    /// The requirement an earlier attempt for this claim UID sent (the controller keeps it from
+    /// [`ProvisionPlan::topology`] until the claim succeeds, fails finally or is rescheduled),
+    /// so that a retried CreateVolume is identical even if nodes changed meanwhile (upstream
+    /// #1413/#1465).
+    pub cached_requirement: Option<&'a TopologyRequirement>,
+}
+
+/// A planned CreateVolume and what the PV will need from it.
+#[derive(Debug, Clone)]
+pub struct ProvisionPlan {
+    /// PV name = CSI volume name.
+    pub pv_name: String,
+    /// The request, with `secrets` still empty: the controller fetches
+    /// [`ProvisionPlan::provisioner_secret`] and fills them.
+    pub request: CreateVolumeRequest,
+    /// The secret whose data goes into CreateVolume/DeleteVolume `secrets`, also recorded in the
+    /// PV's deletion-secret annotations.
+    pub provisioner_secret: Option<SecretRef>,
+    /// The references written into the PV.
+    pub pv_secrets: PvSecretRefs,
+    /// `request.accessibility_requirements` again, for the controller's per-claim cache.
+    pub topology: Option<TopologyRequirement>,
+    /// `request.capacity_range.required_bytes`.
+    pub requested_bytes: i64,
+    /// The resolved fsType ("" = none).
+    pub fs_type: String,
+    /// `spec.volumeMode: Block`.
+    pub block: bool,
+    /// Deprecation warnings for the controller to log (upstream logs them on every attempt).
+    pub warnings: Vec<String>,
+}
+
+/// Plans the CreateVolume call for a claim that [`crate::decide::decide_claim`] said to
+/// provision.
+pub fn plan_provision(
+    opts: &ProvisionOptions,
+    inputs: &ProvisionInputs<'_>,
+) -> Result<ProvisionPlan, PlanError> {
+    let pvc = inputs.pvc;
+    let class = inputs.class;
+    let default_spec = PersistentVolumeClaimSpec::default();
+    let spec = pvc.spec.as_ref().unwrap_or(&default_spec);
+
+    // The lib looks the selected Node up before anything else and asks for a reschedule when it
+    // is gone. Only done for topology drivers (whose Nodes the controller watches), and never
+    // once a requirement is cached: an earlier CreateVolume may still be running and must be
+    // repeated, not abandoned.
+    if let Some(node) = inputs.selected_node
+        && opts.supports_topology()
+        && inputs.cached_requirement.is_none()
+        && inputs.topology.node(node).is_none()
+    {
+        return Err(PlanError::SelectedNodeNotFound {
+            node: node.to_owned(),
+        });
+    }
+
+    check_claim_features(opts, pvc, spec)?;
+
+    let pv_name = volume_name(
+        &opts.volume_name_prefix,
+        pvc.metadata.uid.as_deref().unwrap_or_default(),
+        opts.volume_name_uuid_length,
+    )?;
+    let empty = BTreeMap::new();
+    let class_params = class.parameters.as_ref().unwrap_or(&empty);
+    let fs_type = params::fs_type(class_params, &opts.default_fstype).map_err(PlanError::FsType)?;
+    let requested_bytes = requested_bytes(pvc)?;
+    let block = spec.volume_mode.as_deref() == Some(VOLUME_MODE_BLOCK);
+    let volume_capabilities = spec
+        .access_modes
+        .iter()
+        .flatten()
+        .map(|mode| {
+            let mode = access_modes::single_to_csi(mode, &opts.controller_caps)
+                .map_err(PlanError::AccessMode)?;
+            Ok(volume_capability(
+                mode,
+                block,
+                &fs_type,
+                class.mount_options.as_deref(),
+            ))
+        })
+        .collect::<Result<Vec<_>, PlanError>>()?;
+    let requirement = requirement(opts, inputs)?;
+
+    let claim = ClaimTokens::from_pvc(pvc);
+    let provisioner_secret =
+        secrets::secret_ref(SecretKind::Provisioner, class_params, &pv_name, &claim)
+            .map_err(PlanError::Secret)?;
+    let pv_secrets =
+        secrets::pv_secret_refs(class_params, &pv_name, &claim).map_err(PlanError::Secret)?;
+
+    let mut parameters: HashMap<String, String> =
+        params::strip_reserved(class_params).map_err(PlanError::StripParameters)?;
+    if opts.extra_create_metadata {
+        params::add_extra_create_metadata(&mut parameters, claim.name, claim.namespace, &pv_name);
+    }
+
+    let request = CreateVolumeRequest {
+        name: pv_name.clone(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: requested_bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities,
+        parameters,
+        secrets: HashMap::new(),
+        volume_content_source: None,
+        accessibility_requirements: requirement.clone(),
+        mutable_parameters: HashMap::new(),
+    };
+    Ok(ProvisionPlan {
+        pv_name,
+        request,
+        provisioner_secret,
+        pv_secrets,
+        topology: requirement,
+        requested_bytes,
+        fs_type,
+        block,
+        warnings: params::deprecated_key_warnings(class_params),
+    })
+}
+
+/// `resources.requests.storage` in bytes, rounded up; 0 when the claim asks for no size.
+pub fn requested_bytes(pvc: &PersistentVolumeClaim) -> Result<i64, PlanError> {
+    let request = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get(RESOURCE_STORAGE));
+    match request {
+        None => Ok(0),
+        Some(q) => quantity::parse_bytes(&q.0).map_err(|source| PlanError::StorageRequest {
+            value: q.0.clone(),
+            source,
+        }),
+    }
+}
+
+/// Data source, VolumeAttributesClass, capability and selector checks, in upstream's order.
+fn check_claim_features(
+    opts: &ProvisionOptions,
+    pvc: &PersistentVolumeClaim,
+    spec: &PersistentVolumeClaimSpec,
+) -> Result<(), PlanError> {
+    let source = data_source(pvc)?;
+    let vac = spec
+        .volume_attributes_class_name
+        .as_deref()
+        .is_some_and(|name| !name.is_empty());
+    check_capabilities(opts, source, vac)?;
+    match source {
+        Some(SourceKind::Clone) => return Err(PlanError::NotSupported(UnsupportedFeature::Clone)),
+        Some(SourceKind::Snapshot) => {
+            return Err(PlanError::NotSupported(UnsupportedFeature::SnapshotRestore));
+        }
+        None => {}
+    }
+    if vac {
+        return Err(PlanError::NotSupported(
+            UnsupportedFeature::VolumeAttributesClass,
+        ));
+    }
+    if spec.selector.is_some() {
+        return Err(PlanError::SelectorNotSupported);
+    }
+    Ok(())
+}
+
+/// The accessibility requirement: none without topology support, the cached one on a retry,
+/// else a fresh one.
+fn requirement(
+    opts: &ProvisionOptions,
+    inputs: &ProvisionInputs<'_>,
+) -> Result<Option<TopologyRequirement>, PlanError> {
+    if !opts.supports_topology() {
+        return Ok(None);
+    }
+    if let Some(cached) = inputs.cached_requirement {
+        return Ok(Some(cached.clone()));
+    }
+    topology::accessibility_requirements(&RequirementInputs {
+        driver_name: &opts.driver_name,
+        pvc_name: inputs.pvc.metadata.name.as_deref().unwrap_or_default(),
+        allowed_topologies: inputs
+            .class
+            .allowed_topologies
+            .as_deref()
+            .unwrap_or_default(),
+        selected_node: inputs.selected_node,
+        strict_topology: opts.strict_topology,
+        immediate_topology: opts.immediate_topology,
+        view: inputs.topology,
+    })
+    .map_err(|err| match err {
+        // A Kubernetes NotFound upstream: ask the scheduler for another node.
+        TopologyError::SelectedCsiNodeNotFound { node } => {
+            PlanError::SelectedCsiNodeNotFound { node }
+        }
+        other => PlanError::Topology(other),
+    })
+}
+
+/// The kinds of data source that need the driver's help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SourceKind {
+    Clone,
+    Snapshot,
+}
+
+/// Normalises `dataSource` / `dataSourceRef` like upstream's `dataSource()` and classifies it.
+fn data_source(pvc: &PersistentVolumeClaim) -> Result<Option<SourceKind>, PlanError> {
+    let Some(spec) = pvc.spec.as_ref() else {
+        return Ok(None);
+    };
+    let (kind, name, group) = if let Some(source) = &spec.data_source {
+        (&source.kind, &source.name, source.api_group.as_deref())
+    } else if let Some(source) = &spec.data_source_ref {
+        if source.namespace.as_deref().is_some_and(|ns| !ns.is_empty()) {
+            return Err(PlanError::DataSourceRefNamespace);
+        }
+        (&source.kind, &source.name, source.api_group.as_deref())
+    } else {
+        return Ok(None);
+    };
+    if name.is_empty() {
+        return Err(PlanError::DataSourceNameEmpty {
+            claim: pvc.metadata.name.clone().unwrap_or_default(),
+        });
+    }
+    match kind.as_str() {
+        SNAPSHOT_KIND => {
+            let group = group.unwrap_or_default();
+            if group != SNAPSHOT_API_GROUP {
+                return Err(PlanError::SnapshotApiGroup {
+                    group: group.to_owned(),
+                });
+            }
+            Ok(Some(SourceKind::Snapshot))
+        }
+        PVC_KIND => Ok(Some(SourceKind::Clone)),
+        other => Err(PlanError::ExternalPopulator {
+            kind: other.to_owned(),
+        }),
+    }
+}
+
+/// Upstream `checkDriverCapabilities`.
+fn check_capabilities(
+    opts: &ProvisionOptions,
+    source: Option<SourceKind>,
+    vac: bool,
+) -> Result<(), PlanError> {
+    let controller = &opts.controller_caps;
+    let missing = if !opts.plugin_caps.has_controller_service() {
+        Some(MissingCapability::ControllerService)
+    } else if !controller.has_create_delete_volume() {
+        Some(MissingCapability::CreateDeleteVolume)
+    } else if source == Some(SourceKind::Snapshot) && !controller.has_create_delete_snapshot() {
+        Some(MissingCapability::CreateDeleteSnapshot)
+    } else if source == Some(SourceKind::Clone) && !controller.has_clone_volume() {
+        Some(MissingCapability::CloneVolume)
+    } else if vac && !controller.has_modify_volume() {
+        Some(MissingCapability::ModifyVolume)
+    } else {
+        None
+    };
+    missing.map_or(Ok(()), |m| Err(PlanError::MissingCapability(m)))
+}
+
+/// One VolumeCapability: Block, or Mount with the fsType and the class's mount options.
+fn volume_capability(
+    mode: Mode,
+    block: bool,
+    fs_type: &str,
+    mount_options: Option<&[String]>,
+) -> VolumeCapability {
+    let access_type = if block {
+        AccessType::Block(BlockVolume {})
+    } else {
+        AccessType::Mount(MountVolume {
+            fs_type: fs_type.to_owned(),
+            mount_flags: mount_options.unwrap_or_default().to_vec(),
+            volume_mount_group: String::new(),
+        })
+    };
+    VolumeCapability {
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+        access_type: Some(access_type),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
