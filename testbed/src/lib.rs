@@ -2,6 +2,8 @@
 //! Kubernetes API server and fakes of the other cluster parts the sidecars talk to.
 
 pub mod apiserver;
+pub mod http_client;
 pub mod kcm;
 pub mod kubelet;
 pub mod mock_csi;
+pub mod sandbox;

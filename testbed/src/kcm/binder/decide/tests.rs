@@ -313,7 +313,7 @@ fn released_volumes_without_a_deleter_fail_as_upstream_does() {
     let v = reserved(volume("v", "1Gi"), Some("claim-uid"));
     match decide_volume(&v, None) {
         VolumeAction::Release(Reclaim::Fail(event)) => {
-            assert_eq!(event.reason, "VolumeFailedDelete")
+            assert_eq!(event.reason, "VolumeFailedDelete");
         }
         other => panic!("unexpected {other:?}"),
     }

@@ -1,0 +1,312 @@
+//! The `sandbox` binary end to end: real child processes (mock driver, livenessprobe), the
+//! in-memory API server over HTTP, kubectl against its kubeconfig, and the exit codes CI
+//! relies on.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failed setup step should panic"
+)]
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::Command;
+
+const FLOWS: &[&str] = &[
+    "livenessprobe healthy",
+    "PVC annotated by the controller-manager stand-in",
+    "manual static binding",
+    "driver restart -> probe 500 then 200",
+];
+const LIVENESS_FLOWS: &[&str] = &[
+    "livenessprobe healthy",
+    "driver restart -> probe 500 then 200",
+];
+
+/// Longest wait for `cargo build -p livenessprobe` (it may wait for another cargo's lock).
+const BUILD_TIMEOUT: Duration = Duration::from_mins(8);
+
+/// The target dir the test binaries were built into (`target/<profile>`).
+fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_mock-csi-driver"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// `cargo test -p testbed` builds only testbed's binaries; build livenessprobe into the same
+/// target dir and profile when it is missing. Returns whether it is there.
+fn ensure_livenessprobe(dir: &Path) -> bool {
+    if dir.join("livenessprobe").is_file() {
+        return true;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let profile = dir.file_name().unwrap().to_str().unwrap();
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "-p", "livenessprobe", "--bin", "livenessprobe"])
+        .arg("--target-dir")
+        .arg(dir.parent().unwrap());
+    match profile {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    // Bounded: another cargo may hold the build lock for a while, but not forever.
+    let mut child = cmd.spawn().unwrap();
+    let poll = Duration::from_millis(200);
+    let mut status = None;
+    for _ in 0..(BUILD_TIMEOUT.as_millis() / poll.as_millis()) {
+        status = child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(poll);
+    }
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    eprintln!("note: built livenessprobe for the sandbox test: {status:?}");
+    dir.join("livenessprobe").is_file()
+}
+
+fn kubectl() -> Option<PathBuf> {
+    ["/usr/bin/kubectl", "/usr/local/bin/kubectl"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+struct Run {
+    status: ExitStatus,
+    /// stdout, then the sandbox's stderr (for failure messages).
+    stdout: String,
+    report: Option<Value>,
+    kubectl: Option<String>,
+}
+
+/// Runs the sandbox; with `kubectl_while_running`, passes `--keep-running`, runs kubectl once
+/// the report is printed, then stops the sandbox with SIGTERM.
+async fn run_sandbox(bin_dir: &Path, kubectl_while_running: bool) -> Run {
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = tmp.path().join("sandbox.kubeconfig");
+    let report = tmp.path().join("report.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandbox"));
+    cmd.arg("--claims=3")
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .arg("--report-json")
+        .arg(&report)
+        .arg("--work-dir")
+        .arg(tmp.path().join("work"))
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(tmp.path().join("stderr.log")).unwrap())
+        .kill_on_drop(true);
+    if kubectl_while_running {
+        cmd.arg("--keep-running");
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stdout = String::new();
+    let mut kubectl_output = None;
+    let read = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            stdout.push_str(&line);
+            stdout.push('\n');
+            if line.starts_with("sandbox is running") {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_mins(1), read)
+        .await
+        .expect("the sandbox printed its report within 60 s");
+
+    if kubectl_while_running {
+        if let Some(kubectl) = kubectl() {
+            let out = tokio::time::timeout(
+                Duration::from_secs(20),
+                Command::new(kubectl)
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .args(["get", "pvc,pv", "-A"])
+                    .output(),
+            )
+            .await
+            .expect("kubectl finished within 20 s")
+            .unwrap();
+            assert!(
+                out.status.success(),
+                "kubectl failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            kubectl_output = Some(String::from_utf8_lossy(&out.stdout).into_owned());
+        } else {
+            eprintln!("note: kubectl not installed, skipping the kubectl step");
+        }
+        let pid = rustix::process::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+        rustix::process::kill_process(pid.unwrap(), rustix::process::Signal::TERM).unwrap();
+    }
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the sandbox exited within 30 s")
+        .unwrap();
+    // Whatever came after the marker (nothing expected, but keep it for failure messages).
+    while let Ok(Some(line)) = lines.next_line().await {
+        stdout.push_str(&line);
+        stdout.push('\n');
+    }
+    stdout.push_str("--- sandbox stderr ---\n");
+    stdout.push_str(&std::fs::read_to_string(tmp.path().join("stderr.log")).unwrap_or_default());
+    let report = std::fs::read_to_string(&report)
+        .ok()
+        .map(|text| serde_json::from_str(&text).unwrap());
+    Run {
+        status,
+        stdout,
+        report,
+        kubectl: kubectl_output,
+    }
+}
+
+fn outcome<'a>(report: &'a Value, flow: &str) -> &'a str {
+    report["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == flow)
+        .unwrap_or_else(|| panic!("flow {flow:?} missing from the report"))["outcome"]
+        .as_str()
+        .unwrap()
+}
+
+/// A bin dir with exactly the mock driver and (when built) livenessprobe, so the result does
+/// not depend on which other sidecars happen to lie in the target dir.
+fn bin_dir_with_livenessprobe(tmp: &Path) -> (PathBuf, bool) {
+    let target = bin_dir();
+    let have_livenessprobe = ensure_livenessprobe(&target);
+    let dir = tmp.join("bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_mock-csi-driver"),
+        dir.join("mock-csi-driver"),
+    )
+    .unwrap();
+    if have_livenessprobe {
+        std::os::unix::fs::symlink(target.join("livenessprobe"), dir.join("livenessprobe"))
+            .unwrap();
+    }
+    (dir, have_livenessprobe)
+}
+
+#[tokio::test]
+async fn the_sandbox_passes_every_flow_and_serves_kubectl_while_it_keeps_running() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, have_livenessprobe) = bin_dir_with_livenessprobe(tmp.path());
+    let run = run_sandbox(&dir, true).await;
+    let report = run.report.as_ref().expect("a JSON report");
+    for flow in FLOWS {
+        let got = outcome(report, flow);
+        if !have_livenessprobe && LIVENESS_FLOWS.contains(flow) {
+            eprintln!("note: livenessprobe binary absent, {flow:?} is {got}");
+            assert_eq!(got, "skipped", "{}", run.stdout);
+        } else {
+            assert_eq!(got, "passed", "flow {flow:?}:\n{}", run.stdout);
+        }
+    }
+    assert!(
+        run.status.success(),
+        "exit {:?}:\n{}",
+        run.status,
+        run.stdout
+    );
+    assert!(run.stdout.contains("Result: PASSED"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("kubectl --kubeconfig"),
+        "{}",
+        run.stdout
+    );
+    if have_livenessprobe {
+        let sidecar = report["sidecars"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "livenessprobe")
+            .unwrap();
+        assert!(sidecar["state"].as_str().unwrap().starts_with("running"));
+        let highlight = report["highlights"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["sidecar"] == "livenessprobe")
+            .unwrap();
+        assert_eq!(highlight["healthz"], "200 \"ok\"");
+        assert!(
+            highlight["metrics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m.as_str().unwrap().contains("/csi.v1.Identity/Probe")),
+            "{highlight}"
+        );
+    }
+    if let Some(kubectl) = &run.kubectl {
+        for claim in ["sandbox-claim-1", "sandbox-claim-2", "sandbox-claim-3"] {
+            assert!(
+                kubectl.contains(&format!("persistentvolumeclaim/{claim}")),
+                "{kubectl}"
+            );
+        }
+    }
+}
+
+/// A bin dir with the real mock driver and a `livenessprobe` that dies at once.
+fn bin_dir_with_broken_livenessprobe(tmp: &Path) -> PathBuf {
+    let dir = tmp.join("bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_mock-csi-driver"),
+        dir.join("mock-csi-driver"),
+    )
+    .unwrap();
+    let fake = dir.join("livenessprobe");
+    std::fs::write(&fake, "#!/bin/sh\necho 'cannot start' >&2\nexit 3\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn a_sidecar_that_cannot_start_fails_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run_sandbox(&bin_dir_with_broken_livenessprobe(tmp.path()), false).await;
+    assert_eq!(run.status.code(), Some(1), "{}", run.stdout);
+    assert!(run.stdout.contains("livenessprobe") && run.stdout.contains("failed to start"));
+    assert!(
+        run.stdout.contains("cannot start"),
+        "log tail in the report:\n{}",
+        run.stdout
+    );
+    let report = run.report.unwrap();
+    // Flows that need it are skipped, the others still pass.
+    assert_eq!(outcome(&report, "livenessprobe healthy"), "skipped");
+    assert_eq!(outcome(&report, "manual static binding"), "passed");
+    assert!(run.stdout.contains("Result: FAILED"));
+}
+
+#[tokio::test]
+async fn a_missing_mock_driver_is_a_setup_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run_sandbox(tmp.path(), false).await;
+    assert_eq!(run.status.code(), Some(2), "{}", run.stdout);
+    assert!(run.report.is_none());
+}
