@@ -475,3 +475,27 @@ async fn attach_creates_the_volume_attachment_the_csi_plugin_would_and_detach_de
         .unwrap();
     s.kcm.stop().await;
 }
+
+#[tokio::test]
+async fn a_repeated_event_is_counted_on_one_event_object_as_client_go_does() {
+    let s = start();
+    // No such class: every sync (2 s resync here) reports the same ProvisioningFailed.
+    create_claim(&s, "orphan", "no-such-class").await;
+    let event = eventually_async("the event count to reach 2", || async {
+        let failed: Vec<Event> = events_for(&s, "orphan")
+            .await
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("ProvisioningFailed"))
+            .collect();
+        assert!(failed.len() <= 1, "one Event object, not {}", failed.len());
+        failed.into_iter().find(|e| e.count.unwrap_or(0) >= 2)
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some("storageclass.storage.k8s.io \"no-such-class\" not found")
+    );
+    assert!(event.last_timestamp >= event.first_timestamp);
+    s.kcm.stop().await;
+}
