@@ -6,7 +6,9 @@
 //! * socket present → a **fresh** gRPC connection to it and `GetInfo` within `--timeout`; the
 //!   answered name must be our driver's → `200 ok`, otherwise `500` with the error text;
 //! * something that is not a socket, or stat failing → `500` with the error text;
-//! * nothing there → `404 registration socket does not exist`.
+//! * nothing there → `404 registration socket does not exist`; also before the driver name, and
+//!   so the socket path, is known (upstream's port is still closed then; here the server
+//!   starts first so a bad address fails at start-up).
 //!
 //! The driver itself is not checked (fixture `registrar-healthz-driver-down.txt`: 200 with the
 //! driver stopped). Bodies carry no trailing newline and no `X-Content-Type-Options`, because
@@ -16,7 +18,7 @@
 //! is bounded by `--timeout` as well, so a wedged socket fails the probe promptly.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -127,16 +129,26 @@ async fn connect(path: &Path) -> Result<tonic::transport::Channel, String> {
         .map_err(|err| csi_common::logging::error_chain(&err))
 }
 
+/// Where the `/healthz` handler finds its check: empty until the registration socket exists
+/// (the server starts earlier, so a bad `--http-endpoint` fails at start-up).
+pub type SharedHealthCheck = Arc<OnceLock<HealthCheck>>;
+
 /// The routes of the registrar's HTTP server: `/healthz` (any method, as Go's mux) and Go's
-/// 404 for everything else.
-pub fn router(check: HealthCheck) -> Router {
-    let check = Arc::new(check);
+/// 404 for everything else. Until `check` is set, `/healthz` answers the 404 of a missing
+/// socket: the driver name, and so the socket path, is not known yet.
+pub fn router(check: SharedHealthCheck) -> Router {
     Router::new()
         .route(
             "/healthz",
             any(move || {
                 let check = Arc::clone(&check);
-                async move { respond(&check.check().await) }
+                async move {
+                    let health = match check.get() {
+                        Some(check) => check.check().await,
+                        None => Health::SocketMissing,
+                    };
+                    respond(&health)
+                }
             }),
         )
         .fallback(|| std::future::ready(csi_common::http::not_found()))
@@ -171,6 +183,10 @@ mod tests {
     use axum::http::Request;
     use tower::ServiceExt;
 
+    fn shared(check: HealthCheck) -> SharedHealthCheck {
+        Arc::new(OnceLock::from(check))
+    }
+
     async fn get(router: Router, path: &str) -> (StatusCode, String, bool) {
         let response = router
             .oneshot(Request::post(path).body(Body::empty()).unwrap())
@@ -190,7 +206,11 @@ mod tests {
     async fn a_missing_socket_is_404_and_a_regular_file_500() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x-reg.sock");
-        let check = HealthCheck::new(path.clone(), "x".to_owned(), Duration::from_secs(1));
+        let check = shared(HealthCheck::new(
+            path.clone(),
+            "x".to_owned(),
+            Duration::from_secs(1),
+        ));
         let (status, body, nosniff) = get(router(check.clone()), "/healthz").await;
         assert_eq!(
             (status, body.as_str(), nosniff),
@@ -228,11 +248,11 @@ mod tests {
 
     #[tokio::test]
     async fn other_paths_are_gos_404() {
-        let check = HealthCheck::new(
+        let check = shared(HealthCheck::new(
             "/nonexistent".into(),
             "x".to_owned(),
             Duration::from_secs(1),
-        );
+        ));
         for path in ["/metrics", "/", "/healthz/", "/debug/pprof/"] {
             let (status, body, nosniff) = get(router(check.clone()), path).await;
             assert_eq!(
@@ -241,5 +261,48 @@ mod tests {
                 "{path}"
             );
         }
+    }
+    /// Serves the registration service for `name` on `path`, as the registrar does.
+    fn serve(path: &Path, name: &str) -> tokio::task::JoinHandle<()> {
+        use proto::pluginregistration::v1::registration_server::RegistrationServer;
+        let (failures, _) = tokio::sync::mpsc::channel(1);
+        let (_, stopping) = tokio::sync::watch::channel(false);
+        let service =
+            crate::service::RegistrationService::new(name, "/host/csi.sock", failures, stopping);
+        let listener = tokio::net::UnixListener::bind(path).unwrap();
+        let server = tonic::transport::Server::builder()
+            .add_service(RegistrationServer::new(service))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener));
+        tokio::spawn(async move {
+            let _ = server.await;
+        })
+    }
+
+    #[tokio::test]
+    async fn a_socket_answering_with_our_name_is_healthy_and_another_name_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x-reg.sock");
+        let server = serve(&path, "x.example.com");
+        let ours = HealthCheck::new(
+            path.clone(),
+            "x.example.com".to_owned(),
+            Duration::from_secs(1),
+        );
+        assert_eq!(ours.check().await, Health::Healthy);
+        let theirs = HealthCheck::new(path, "y.example.com".to_owned(), Duration::from_secs(1));
+        assert_eq!(
+            theirs.check().await,
+            Health::Unhealthy("invalid driver name x.example.com".to_owned())
+        );
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn before_the_socket_exists_healthz_is_404() {
+        let (status, body, _) = get(router(SharedHealthCheck::default()), "/healthz").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::NOT_FOUND, SOCKET_MISSING)
+        );
     }
 }

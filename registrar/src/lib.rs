@@ -16,7 +16,8 @@
 //!
 //! Differences from upstream, all deliberate: a deleted registration socket is re-created
 //! every `--registration-socket-check-interval` (upstream never does, issue #57); the HTTP
-//! listener is bound before waiting for the driver, so a bad `--http-endpoint` fails at once;
+//! server starts before waiting for the driver, so a bad `--http-endpoint` fails at once and
+//! `/healthz` answers 404 (not "connection refused") until the registration socket exists;
 //! SIGINT is handled like SIGTERM; at shutdown the socket is removed only if it is still ours;
 //! invalid driver names and a missing registration directory are reported before anything is
 //! bound; `--enable-pprof` is accepted but serves nothing (Go's pprof does not exist here).
@@ -28,6 +29,7 @@ pub mod socket;
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use csi_common::connection::{self, ConnectOptions, CsiAddress};
@@ -37,10 +39,11 @@ use csi_common::metrics::{CsiMetrics, ProcessMetrics};
 use proto::pluginregistration::v1::registration_server::RegistrationServer;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::health::HealthCheck;
+use crate::health::{HealthCheck, SharedHealthCheck};
 use crate::service::RegistrationService;
 use crate::socket::{CheckOutcome, RegistrationSocket};
 
@@ -105,13 +108,23 @@ pub enum Error {
 /// See [`Error`].
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
     tokio::pin!(shutdown);
+    let (stopping, stopping_rx) = watch::channel(false);
 
-    let http = if let Some(address) = &config.http_address {
-        Some(Listener::bind(address).await.map_err(Error::Http)?)
+    // Dropping the set (on any early return) stops the HTTP server.
+    let mut http = JoinSet::new();
+    let health_check = SharedHealthCheck::default();
+    if let Some(address) = &config.http_address {
+        let listener = Listener::bind(address).await.map_err(Error::Http)?;
+        tracing::info!(endpoint = %address, "Starting HTTP server");
+        let mut stop = stopping.subscribe();
+        http.spawn(
+            listener.serve(health::router(Arc::clone(&health_check)), async move {
+                let _ = stop.wait_for(|stopping| *stopping).await;
+            }),
+        );
     } else {
         tracing::info!("Skipping HTTP server");
-        None
-    };
+    }
     socket::check_directory(&config.plugin_registration_dir)
         .map_err(Error::RegistrationDirectory)?;
 
@@ -132,7 +145,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> R
     tracing::info!(socket_path = %socket_path.display(), "Registration Server started");
 
     let (failures, failed) = mpsc::channel(1);
-    let (stopping, stopping_rx) = watch::channel(false);
     let service = RegistrationService::new(
         &driver_name,
         &config.kubelet_registration_path,
@@ -145,19 +157,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> R
             .add_service(RegistrationServer::new(service))
             .serve_with_incoming(incoming),
     );
-    let http_server = http.map(|listener| {
-        tracing::info!(endpoint = ?config.http_address, "Starting HTTP server");
-        let check = HealthCheck::new(socket_path.clone(), driver_name.clone(), config.timeout);
-        let mut stop = stopping.subscribe();
-        tokio::spawn(listener.serve(health::router(check), async move {
-            let _ = stop.wait_for(|stopping| *stopping).await;
-        }))
-    });
+    // Set once: `/healthz` checks this socket from now on.
+    let _ = health_check.set(HealthCheck::new(socket_path, driver_name, config.timeout));
 
     let running = Running {
         registration,
         server,
-        http_server,
+        http,
         failed,
         stopping,
     };
@@ -190,7 +196,7 @@ async fn discover_driver(config: &Config) -> Result<(connection::Connection, Str
 struct Running {
     registration: RegistrationSocket,
     server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
-    http_server: Option<tokio::task::JoinHandle<diag::Result<()>>>,
+    http: JoinSet<diag::Result<()>>,
     failed: mpsc::Receiver<String>,
     stopping: watch::Sender<bool>,
 }
@@ -219,7 +225,7 @@ impl Running {
                     // prevents; a panic is the other way out.
                     Ok(Ok(())) | Err(_) => None,
                 })),
-                Some(served) = join_option(&mut self.http_server) => break Err(Error::Http(match served {
+                Some(served) = self.http.join_next() => break Err(Error::Http(match served {
                     Ok(Err(err)) => err,
                     Ok(Ok(())) => diag::Error::Serve(std::io::Error::other("HTTP server stopped")),
                     Err(join) => diag::Error::Serve(std::io::Error::other(join)),
@@ -230,9 +236,7 @@ impl Running {
 
         self.stopping.send_replace(true);
         self.server.abort();
-        if let Some(http_server) = &self.http_server {
-            http_server.abort();
-        }
+        self.http.abort_all();
         let path = self.registration.path().to_owned();
         if outcome.is_ok()
             && let Err(err) = self.registration.remove()
@@ -273,16 +277,6 @@ async fn tick(ticker: &mut Option<tokio::time::Interval>) {
         Some(ticker) => {
             ticker.tick().await;
         }
-        None => std::future::pending().await,
-    }
-}
-
-/// Joins an optional task; pending forever when there is none.
-async fn join_option<T>(
-    task: &mut Option<tokio::task::JoinHandle<T>>,
-) -> Option<Result<T, tokio::task::JoinError>> {
-    match task {
-        Some(handle) => Some(handle.await),
         None => std::future::pending().await,
     }
 }

@@ -446,11 +446,23 @@ async fn an_unreachable_driver_exits_1_after_30_seconds() {
 }
 
 #[tokio::test]
-async fn a_signal_while_waiting_for_the_driver_exits_0() {
+async fn while_waiting_for_the_driver_healthz_is_404_and_a_signal_exits_0() {
     let node = Node::new().await;
     node.driver.stop().await.unwrap();
-    let registrar = node.start(&[]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let registrar = node.start_with_http(&[]);
+    let mut healthz = None;
+    for _ in 0..100 {
+        if let Ok(response) = registrar.get("/healthz").await {
+            healthz = Some(response);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let healthz = healthz.expect("the HTTP server never answered");
+    assert_eq!(
+        (healthz.status, healthz.body.as_str()),
+        (404, "registration socket does not exist")
+    );
     registrar.signal("TERM").await;
     assert_eq!(registrar.exit().await.0, Some(0));
 }
