@@ -8,12 +8,12 @@
 //! # Private binding without `umask`
 //!
 //! `umask(2)` is process-wide (racy with other threads) and needs `unsafe`, which the workspace
-//! forbids. Instead [`bind_private`] binds in a fresh `0700` directory next to the final path
-//! (so no other user can reach the socket while its mode is still the default), sets the mode to
-//! `0700`, and then hard-links it to the final name and unlinks the temporary name. `link(2)`
-//! fails if the final name exists, so like `bind(2)` itself it never replaces another file, and
-//! kubelet's inotify watch sees one `IN_CREATE` for a socket that is already listening. The
-//! temporary directory and socket names start with `.`, which kubelet's plugin watcher ignores.
+//! forbids. Linux gives the file that `bind(2)` creates the mode of the socket's own inode,
+//! masked by the umask, and `fchmod(2)` on an unbound socket sets that inode's mode. So
+//! [`bind_private`] creates the socket, `fchmod`s it to `0700` (through a duplicated descriptor
+//! and `File::set_permissions`, all safe std APIs), and only then binds: the file appears as
+//! `srwx------` at once, like upstream's under umask 0077. Like any `bind(2)`, it fails if
+//! something already exists at the path, so it never replaces another file.
 //!
 //! # Re-creation (not in upstream)
 //!
@@ -25,10 +25,11 @@
 
 use std::fs::Permissions;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::{UnixListener, UnixSocket, UnixStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -249,37 +250,38 @@ impl FileId {
     }
 }
 
-/// Binds a listening unix socket at `path` with mode [`SOCKET_MODE`], never reachable with a
-/// wider mode (see the module docs). Needs a tokio runtime.
+/// Backlog of the registration socket (Go's `net.Listen` uses the kernel's `somaxconn`; a few
+/// kubelet connections at a time is all this socket sees).
+const BACKLOG: u32 = 128;
+
+/// Binds a listening unix socket at `path` with mode [`SOCKET_MODE`] from the start (see the
+/// module docs). Needs a tokio runtime.
 ///
 /// # Errors
-/// [`Error::Listen`]; the cause is `AlreadyExists` when something is at `path`.
+/// [`Error::Listen`]; the cause is `AddrInUse` when something is at `path`.
 pub fn bind_private(path: &Path) -> Result<(UnixListener, FileId)> {
     let listen = |source| Error::Listen {
         path: path.to_owned(),
         source,
     };
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    // tempfile creates the directory with mode 0700 and removes it (with anything left in it)
-    // when `private` is dropped, on every path out of this function.
-    let private = tempfile::Builder::new()
-        .prefix(".reg-")
-        .tempdir_in(dir)
-        .map_err(listen)?;
-    let temporary = private.path().join(".socket");
-    let listener = std::os::unix::net::UnixListener::bind(&temporary).map_err(listen)?;
-    std::fs::set_permissions(&temporary, Permissions::from_mode(SOCKET_MODE)).map_err(listen)?;
-    let id = std::fs::symlink_metadata(&temporary)
-        .map(|meta| FileId::of(&meta))
-        .map_err(listen)?;
-    std::fs::hard_link(&temporary, path).map_err(listen)?;
-    drop(private);
-    listener.set_nonblocking(true).map_err(listen)?;
-    let listener = UnixListener::from_std(listener).map_err(listen)?;
-    Ok((listener, id))
+    let socket = bind_with_mode(path).map_err(listen)?;
+    let meta = std::fs::symlink_metadata(path).map_err(listen)?;
+    if meta.permissions().mode() & 0o777 != SOCKET_MODE {
+        // Not expected on Linux; keep the promised mode anyway (briefly wider until here).
+        std::fs::set_permissions(path, Permissions::from_mode(SOCKET_MODE)).map_err(listen)?;
+    }
+    let listener = socket.listen(BACKLOG).map_err(listen)?;
+    Ok((listener, FileId::of(&meta)))
+}
+
+/// Creates a unix stream socket, sets its mode to [`SOCKET_MODE`], then binds it to `path`.
+fn bind_with_mode(path: &Path) -> io::Result<UnixSocket> {
+    let socket = UnixSocket::new_stream()?;
+    // fchmod on a duplicate acts on the same socket inode; the duplicate is closed right away.
+    let duplicate = socket.as_fd().try_clone_to_owned()?;
+    std::fs::File::from(duplicate).set_permissions(Permissions::from_mode(SOCKET_MODE))?;
+    socket.bind(path)?;
+    Ok(socket)
 }
 
 /// What [`RegistrationSocket::check`] found.
@@ -476,7 +478,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_socket_is_bound_with_mode_0700_and_leaves_no_temporary_files() {
+    async fn the_socket_is_bound_with_mode_0700_and_nothing_else_is_created() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x-reg.sock");
         let (_listener, id) = bind_private(&path).unwrap();
@@ -494,6 +496,16 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_mode_is_set_before_bind_creates_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x-reg.sock");
+        // Under the usual umask 022 a plain bind gives 0755; without fchmod this would fail.
+        let _socket = bind_with_mode(&path).unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, SOCKET_MODE);
+    }
+
+    #[tokio::test]
     async fn binding_never_replaces_an_existing_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x-reg.sock");
@@ -502,7 +514,7 @@ mod tests {
         let Error::Listen { source, .. } = &err else {
             panic!("{err}");
         };
-        assert_eq!(source.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(source.kind(), io::ErrorKind::AddrInUse);
         assert_eq!(std::fs::read(&path).unwrap(), b"keep");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
