@@ -1,0 +1,608 @@
+//! Command-line flags of csi-provisioner (names, types and defaults as upstream v6.3, spec
+//! provisioner.md §1) and their validation into a [`Config`].
+//!
+//! Every upstream flag parses. Flags of features this provisioner does not implement yet
+//! (capacity tracking, node deployment, clone/snapshot tuning, VolumeAttributesClass,
+//! cross-namespace data sources) are accepted at their defaults; a value that would turn such a
+//! feature on is refused at start with [`ConfigError::Unsupported`] (exit 2), so a manifest
+//! never runs with a feature silently missing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser};
+use csi_common::connection::CsiAddress;
+use csi_common::flags::{self, CommonArgs};
+
+/// Default of `--volume-name-prefix`.
+pub const DEFAULT_VOLUME_NAME_PREFIX: &str = "pvc";
+
+/// Feature gates that mean something to the provisioner; any other name is accepted with a
+/// warning (upstream also accepts ~35 generic apiserver gates that change nothing here).
+pub const KNOWN_FEATURE_GATES: [&str; 6] = [
+    "Topology",
+    "VolumeAttributesClass",
+    "CrossNamespaceVolumeDataSource",
+    "ReleaseLeaderElectionOnExit",
+    "AllAlpha",
+    "AllBeta",
+];
+
+/// csi-provisioner's flags (spec §1a plus the shared §1b/§1c groups).
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "csi-provisioner",
+    about = "Creates and deletes CSI volumes for PersistentVolumeClaims",
+    disable_version_flag = true
+)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "one field per upstream bool flag; the names are the contract"
+)]
+pub struct Args {
+    /// `--version`, `--csi-address`, kube client, leader election, HTTP and logging flags.
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Master URL to build a client config from. Either this or kubeconfig needs to be set if the provisioner is being run out of cluster.
+    #[arg(
+        long,
+        value_name = "string",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub master: String,
+
+    /// Prefix to apply to the name of a created volume.
+    #[arg(long, value_name = "string", default_value = DEFAULT_VOLUME_NAME_PREFIX)]
+    pub volume_name_prefix: String,
+
+    /// Truncates generated UUID of a created volume to this length. Defaults behavior is to not truncate.
+    #[arg(long, value_name = "int", default_value = "-1", allow_negative_numbers = true,
+          value_parser = flags::go_int)]
+    pub volume_name_uuid_length: i32,
+
+    /// Initial retry interval of failed provisioning or deletion. It doubles with each failure, up to retry-interval-max.
+    #[arg(long, value_name = "duration", default_value = "1s", value_parser = flags::go_duration)]
+    pub retry_interval_start: Duration,
+
+    /// Maximum retry interval of failed provisioning or deletion.
+    #[arg(long, value_name = "duration", default_value = "5m", value_parser = flags::go_duration)]
+    pub retry_interval_max: Duration,
+
+    /// Number of provisioner worker threads, in other words nr. of simultaneous CSI calls.
+    #[arg(long, value_name = "uint", default_value = "100", value_parser = go_uint)]
+    pub worker_threads: u32,
+
+    /// Number of simultaneously running threads, handling cloning finalizer removal.
+    #[arg(long, value_name = "uint", default_value = "1", value_parser = go_uint)]
+    pub cloning_protection_threads: u32,
+
+    /// Duration between snapshot orphan sweeps; 0 disables the sweep.
+    #[arg(long, value_name = "duration", default_value = "5m", value_parser = flags::go_duration)]
+    pub snapshot_orphan_sweep_interval: Duration,
+
+    /// Number of simultaneously running threads, handling CSIStorageCapacity objects.
+    #[arg(long, value_name = "uint", default_value = "1", value_parser = go_uint)]
+    pub capacity_threads: u32,
+
+    /// Timeout for waiting for volume operation (creation, deletion, capacity queries).
+    #[arg(long, value_name = "duration", default_value = "10s", value_parser = flags::go_duration)]
+    pub timeout: Duration,
+
+    /// Late binding: pass only selected node topology to CreateVolume Request, unlike default behavior of passing aggregated cluster topologies that match with topology keys of the selected node.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false", hide_default_value = true,
+          value_name = "bool", value_parser = flags::go_bool)]
+    pub strict_topology: bool,
+
+    /// Immediate binding: pass aggregated cluster topologies for all nodes where the CSI driver is available (enabled, the default) or no topology requirements (if disabled).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "true",
+          value_name = "bool", value_parser = flags::go_bool)]
+    pub immediate_topology: bool,
+
+    /// If set, add pv/pvc metadata to plugin create requests as parameters.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false", hide_default_value = true,
+          value_name = "bool", value_parser = flags::go_bool)]
+    pub extra_create_metadata: bool,
+
+    /// Enable pprof profiling on the TCP network address specified by --http-endpoint. The HTTP path is `/debug/pprof/`.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false", hide_default_value = true,
+          value_name = "bool", value_parser = flags::go_bool)]
+    pub enable_pprof: bool,
+
+    /// The default filesystem type of the volume to provision when fstype is unspecified in the StorageClass. If the default is not set and fstype is unset in the StorageClass, then no fstype will be set.
+    #[arg(
+        long,
+        value_name = "string",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub default_fstype: String,
+
+    /// QPS to use for storage capacity updates while communicating with the kubernetes apiserver.
+    #[arg(
+        long,
+        value_name = "float32",
+        default_value = "1",
+        allow_negative_numbers = true
+    )]
+    pub kube_api_capacity_qps: f32,
+
+    /// Burst to use for storage capacity updates while communicating with the kubernetes apiserver.
+    #[arg(long, value_name = "int", default_value = "5", allow_negative_numbers = true,
+          value_parser = flags::go_int)]
+    pub kube_api_capacity_burst: i32,
+
+    /// This enables producing CSIStorageCapacity objects with capacity information from the driver's GetCapacity call.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false", hide_default_value = true,
+          value_name = "bool", value_parser = flags::go_bool)]
+    pub enable_capacity: bool,
+
+    /// Enables producing capacity information for storage classes with immediate binding. Not needed for the Kubernetes scheduler, maybe useful for other consumers or for debugging.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false", hide_default_value = true,
+          value_name = "bool", value_parser = flags::go_bool)]
+    pub capacity_for_immediate_binding: bool,
+
+    /// How long the external-provisioner waits before checking for storage capacity changes.
+    #[arg(long, value_name = "duration", default_value = "1m", value_parser = flags::go_duration)]
+    pub capacity_poll_interval: Duration,
+
+    /// The level indicates the number of objects that need to be traversed starting from the pod identified by the POD_NAME and NAMESPACE environment variables to reach the owning object for CSIStorageCapacity objects: -1 for no owner, 0 for the pod itself, 1 for a StatefulSet or DaemonSet, 2 for a Deployment, etc.
+    #[arg(long, value_name = "int", default_value = "1", allow_negative_numbers = true,
+          value_parser = flags::go_int)]
+    pub capacity_ownerref_level: i32,
+
+    /// Enables deploying the external-provisioner together with a CSI driver on nodes to manage node-local volumes.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false", hide_default_value = true,
+          value_name = "bool", value_parser = flags::go_bool)]
+    pub node_deployment: bool,
+
+    /// Determines whether immediate binding is supported when deployed on each node.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "true",
+          value_name = "bool", value_parser = flags::go_bool)]
+    pub node_deployment_immediate_binding: bool,
+
+    /// Determines how long the external-provisioner sleeps initially before trying to own a PVC with immediate binding.
+    #[arg(long, value_name = "duration", default_value = "20s", value_parser = flags::go_duration)]
+    pub node_deployment_base_delay: Duration,
+
+    /// Determines how long the external-provisioner sleeps at most before trying to own a PVC with immediate binding.
+    #[arg(long, value_name = "duration", default_value = "1m0s", value_parser = flags::go_duration)]
+    pub node_deployment_max_delay: Duration,
+
+    /// This option enables PV to be marked as readonly at controller publish volume call if PVC accessmode has been set to ROX.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false", hide_default_value = true,
+          value_name = "bool", value_parser = flags::go_bool)]
+    pub controller_publish_readonly: bool,
+
+    /// Prevents an unauthorised user from modifying the volume mode when creating a PVC from an existing VolumeSnapshot.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "true",
+          value_name = "bool", value_parser = flags::go_bool)]
+    pub prevent_volume_mode_conversion: bool,
+
+    /// A set of key=value pairs that describe feature gates for alpha/experimental features. Options are: Topology=true|false (GA - default=true), VolumeAttributesClass=true|false (GA - default=true), CrossNamespaceVolumeDataSource=true|false (ALPHA - default=false), ReleaseLeaderElectionOnExit=true|false (ALPHA - default=false), AllAlpha=true|false, AllBeta=true|false. May be repeated; values accumulate.
+    #[arg(long, value_name = "mapStringBool", value_parser = feature_gates)]
+    pub feature_gates: Vec<FeatureGates>,
+}
+
+/// One `--feature-gates` occurrence, `Key=bool,...`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FeatureGates(pub BTreeMap<String, bool>);
+
+/// Parses a `--feature-gates` value with component-base's rules: comma-separated items, each
+/// `Key=bool` (Go `strconv.ParseBool` syntax), whitespace around keys and values trimmed, empty
+/// items skipped.
+pub fn feature_gates(s: &str) -> Result<FeatureGates, String> {
+    let mut gates = BTreeMap::new();
+    for item in s.split(',') {
+        let item = item.trim();
+        if item.is_empty() {
+            continue;
+        }
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(format!("missing bool value for {item}"));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        let value =
+            flags::go_bool(value).map_err(|e| format!("invalid value of {key}={value}: {e}"))?;
+        gates.insert(key.to_owned(), value);
+    }
+    Ok(FeatureGates(gates))
+}
+
+/// Parses a Go `uint` flag value (`strconv.ParseUint(s, 0, ...)`): [`flags::go_int`] syntax
+/// without a sign.
+pub fn go_uint(s: &str) -> Result<u32, String> {
+    if s.starts_with('-') || s.starts_with('+') {
+        return Err(format!("invalid unsigned integer {s:?}"));
+    }
+    let value = flags::go_int(s)?;
+    u32::try_from(value).map_err(|_| format!("invalid unsigned integer {s:?}"))
+}
+
+/// Feature gate values after merging every occurrence (pflag's map flag: later keys win).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gates {
+    /// `Topology` (GA, default true): topology-aware provisioning.
+    pub topology: bool,
+    /// `VolumeAttributesClass` as given: `None` when not set (upstream default true).
+    pub volume_attributes_class: Option<bool>,
+    /// `CrossNamespaceVolumeDataSource` (alpha, default false; `AllAlpha` turns it on).
+    pub cross_namespace_volume_data_source: bool,
+    /// `ReleaseLeaderElectionOnExit` (alpha, default false; `AllAlpha` turns it on).
+    pub release_leader_election_on_exit: bool,
+}
+
+impl Args {
+    /// Every `--feature-gates` occurrence merged, later keys winning.
+    pub fn merged_feature_gates(&self) -> BTreeMap<String, bool> {
+        let mut merged = BTreeMap::new();
+        for occurrence in &self.feature_gates {
+            merged.extend(occurrence.0.iter().map(|(k, v)| (k.clone(), *v)));
+        }
+        merged
+    }
+
+    /// The gates the provisioner acts on, with `AllAlpha` applied to alpha gates that were
+    /// not set explicitly (component-base semantics).
+    pub fn gates(&self) -> Gates {
+        let merged = self.merged_feature_gates();
+        let all_alpha = merged.get("AllAlpha").copied().unwrap_or(false);
+        let alpha = |name: &str| merged.get(name).copied().unwrap_or(all_alpha);
+        Gates {
+            topology: merged.get("Topology").copied().unwrap_or(true),
+            volume_attributes_class: merged.get("VolumeAttributesClass").copied(),
+            cross_namespace_volume_data_source: alpha("CrossNamespaceVolumeDataSource"),
+            release_leader_election_on_exit: alpha("ReleaseLeaderElectionOnExit"),
+        }
+    }
+
+    /// Gate names given on the command line that this provisioner does not know.
+    pub fn unknown_feature_gates(&self) -> Vec<String> {
+        self.merged_feature_gates()
+            .into_keys()
+            .filter(|k| !KNOWN_FEATURE_GATES.contains(&k.as_str()))
+            .collect()
+    }
+}
+
+/// A flag combination that parses but cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A flag turns on a feature this provisioner does not implement yet (exit 2).
+    #[error("{flag}: {feature} is not supported yet by this csi-provisioner")]
+    Unsupported {
+        /// The flag as the user would write it, e.g. `--enable-capacity=true`.
+        flag: String,
+        /// The feature it would enable.
+        feature: &'static str,
+    },
+    /// `--http-endpoint` together with `--metrics-address`, or a bad logging setting (exit 1).
+    #[error(transparent)]
+    Flags(#[from] flags::Error),
+    /// `--csi-address` is not a unix socket path (exit 1).
+    #[error(transparent)]
+    Address(#[from] csi_common::connection::Error),
+    /// `--worker-threads=0` would never process anything (exit 1).
+    #[error("--worker-threads must be greater than 0")]
+    NoWorkers,
+    /// `--volume-name-uuid-length` outside -1..=32 (upstream panics on the first claim).
+    #[error("--volume-name-uuid-length must be -1 (full UID) or between 0 and 32, got {0}")]
+    UuidLength(i32),
+    /// `--volume-name-prefix` is empty: every volume name would be invalid.
+    #[error("--volume-name-prefix must not be empty")]
+    EmptyPrefix,
+    /// `--retry-interval-start` is zero or above `--retry-interval-max`.
+    #[error(
+        "--retry-interval-start ({start:?}) must be positive and not above --retry-interval-max ({max:?})"
+    )]
+    RetryIntervals {
+        /// `--retry-interval-start`.
+        start: Duration,
+        /// `--retry-interval-max`.
+        max: Duration,
+    },
+    /// `--kube-api-burst` is negative.
+    #[error("--kube-api-burst must not be negative, got {0}")]
+    NegativeBurst(i32),
+}
+
+impl ConfigError {
+    /// The process exit code upstream uses for this kind of problem: 2 for an unsupported
+    /// feature (like a usage error), 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Unsupported { .. } => 2,
+            Self::Flags(_)
+            | Self::Address(_)
+            | Self::NoWorkers
+            | Self::UuidLength(_)
+            | Self::EmptyPrefix
+            | Self::RetryIntervals { .. }
+            | Self::NegativeBurst(_) => 1,
+        }
+    }
+}
+
+/// Validated settings of one csi-provisioner process; built from [`Args`] by `TryFrom`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The driver socket.
+    pub csi_address: CsiAddress,
+    /// `--timeout`: deadline of every CSI call.
+    pub timeout: Duration,
+    /// Kubernetes client settings.
+    pub kube: KubeSettings,
+    /// Leader election, when `--leader-election` is on.
+    pub leader_election: Option<LeaderElectionSettings>,
+    /// Diagnostics HTTP server.
+    pub http: HttpSettings,
+    /// How claims become CreateVolume requests and PVs.
+    pub provisioning: ProvisioningSettings,
+    /// Per-object exponential backoff of failed provisioning and deletion.
+    pub retry: RetrySettings,
+    /// `--worker-threads`: claim workers, and separately volume workers; also the bound on
+    /// concurrent CreateVolume and, separately, DeleteVolume calls.
+    pub worker_threads: usize,
+    /// `-v >= 5`: log every CSI call (secrets stripped).
+    pub log_grpc_calls: bool,
+    /// Warnings to log once logging is up (accepted flags without effect).
+    pub warnings: Vec<String>,
+}
+
+/// `--kubeconfig`, `--master`, `--kube-api-qps`, `--kube-api-burst`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeSettings {
+    /// `--kubeconfig` (empty: in-cluster unless `KUBECONFIG` is set).
+    pub kubeconfig: String,
+    /// `--master`: overrides the API server URL.
+    pub master: Option<String>,
+    /// `--kube-api-qps`.
+    pub qps: f32,
+    /// `--kube-api-burst`.
+    pub burst: u32,
+}
+
+/// Leader-election flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElectionSettings {
+    /// `--leader-election-namespace` (empty: the pod's namespace).
+    pub namespace: String,
+    /// `--leader-election-lease-duration`.
+    pub lease_duration: Duration,
+    /// `--leader-election-renew-deadline`.
+    pub renew_deadline: Duration,
+    /// `--leader-election-retry-period`.
+    pub retry_period: Duration,
+    /// `--leader-election-labels`.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Diagnostics HTTP flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// `--http-endpoint`: metrics plus `/healthz/leader-election`.
+    pub endpoint: Option<String>,
+    /// `--metrics-address` (deprecated): metrics only.
+    pub metrics_address: Option<String>,
+    /// `--metrics-path`.
+    pub metrics_path: String,
+}
+
+impl HttpSettings {
+    /// The address to listen on, if any, and whether the leader-election check is served there.
+    pub fn listen_address(&self) -> Option<(&str, bool)> {
+        match (&self.endpoint, &self.metrics_address) {
+            (Some(endpoint), _) => Some((endpoint, true)),
+            (None, Some(metrics)) => Some((metrics, false)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Flags that shape requests and PVs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "one field per upstream bool flag; the names are the contract"
+)]
+pub struct ProvisioningSettings {
+    /// `--volume-name-prefix`.
+    pub volume_name_prefix: String,
+    /// `--volume-name-uuid-length`.
+    pub volume_name_uuid_length: i64,
+    /// `--default-fstype`.
+    pub default_fstype: String,
+    /// `--extra-create-metadata`.
+    pub extra_create_metadata: bool,
+    /// `--strict-topology`.
+    pub strict_topology: bool,
+    /// `--immediate-topology`.
+    pub immediate_topology: bool,
+    /// `--controller-publish-readonly`.
+    pub controller_publish_readonly: bool,
+    /// The `Topology` gate.
+    pub topology_gate: bool,
+    /// The `VolumeAttributesClass` gate as given (`None`: not set).
+    pub volume_attributes_class_gate: Option<bool>,
+    /// The `ReleaseLeaderElectionOnExit` gate (we release the Lease on SIGTERM regardless).
+    pub release_leader_election_on_exit: bool,
+}
+
+/// `--retry-interval-start` / `--retry-interval-max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetrySettings {
+    /// First delay after a failure.
+    pub start: Duration,
+    /// Cap of the doubling delay; also the "infeasible" (InvalidArgument) slow-retry window.
+    pub max: Duration,
+}
+
+impl TryFrom<Args> for Config {
+    type Error = ConfigError;
+
+    fn try_from(args: Args) -> Result<Self, Self::Error> {
+        refuse_unsupported(&args)?;
+        args.common.validate()?;
+        let gates = args.gates();
+        let csi_address = CsiAddress::parse(&args.common.csi.csi_address)?;
+        if args.worker_threads == 0 {
+            return Err(ConfigError::NoWorkers);
+        }
+        if !(-1..=32).contains(&args.volume_name_uuid_length) {
+            return Err(ConfigError::UuidLength(args.volume_name_uuid_length));
+        }
+        if args.volume_name_prefix.is_empty() {
+            return Err(ConfigError::EmptyPrefix);
+        }
+        if args.retry_interval_start.is_zero()
+            || args.retry_interval_start > args.retry_interval_max
+        {
+            return Err(ConfigError::RetryIntervals {
+                start: args.retry_interval_start,
+                max: args.retry_interval_max,
+            });
+        }
+        let burst = u32::try_from(args.common.kube.kube_api_burst)
+            .map_err(|_| ConfigError::NegativeBurst(args.common.kube.kube_api_burst))?;
+
+        let mut warnings = Vec::new();
+        if args.enable_pprof {
+            warnings.push(
+                "--enable-pprof: Go pprof endpoints do not exist in this implementation; /debug/pprof/ is not served".to_owned(),
+            );
+        }
+        for gate in args.unknown_feature_gates() {
+            warnings.push(format!(
+                "--feature-gates: {gate} has no effect on csi-provisioner"
+            ));
+        }
+
+        let common = args.common;
+        let leader_election = common.leader_election.leader_election.then(|| {
+            let le = &common.leader_election;
+            LeaderElectionSettings {
+                namespace: le.leader_election_namespace.clone(),
+                lease_duration: le.leader_election_lease_duration,
+                renew_deadline: le.leader_election_renew_deadline,
+                retry_period: le.leader_election_retry_period,
+                labels: le.labels(),
+            }
+        });
+        Ok(Config {
+            csi_address,
+            timeout: args.timeout,
+            kube: KubeSettings {
+                kubeconfig: common.kube.kubeconfig,
+                master: non_empty(args.master),
+                qps: narrow_qps(common.kube.kube_api_qps),
+                burst,
+            },
+            leader_election,
+            http: HttpSettings {
+                endpoint: non_empty(common.http.http_endpoint),
+                metrics_address: non_empty(common.http.metrics_address),
+                metrics_path: common.http.metrics_path,
+            },
+            provisioning: ProvisioningSettings {
+                volume_name_prefix: args.volume_name_prefix,
+                volume_name_uuid_length: i64::from(args.volume_name_uuid_length),
+                default_fstype: args.default_fstype,
+                extra_create_metadata: args.extra_create_metadata,
+                strict_topology: args.strict_topology,
+                immediate_topology: args.immediate_topology,
+                controller_publish_readonly: args.controller_publish_readonly,
+                topology_gate: gates.topology,
+                volume_attributes_class_gate: gates.volume_attributes_class,
+                release_leader_election_on_exit: gates.release_leader_election_on_exit,
+            },
+            retry: RetrySettings {
+                start: args.retry_interval_start,
+                max: args.retry_interval_max,
+            },
+            worker_threads: args.worker_threads as usize,
+            log_grpc_calls: common.logging.verbosity >= 5,
+            warnings,
+        })
+    }
+}
+
+/// Refuses flags that would enable a feature outside this provisioner's scope. Tuning flags of
+/// those features are accepted at any value while the feature itself stays off, as upstream
+/// ignores them then too.
+fn refuse_unsupported(args: &Args) -> Result<(), ConfigError> {
+    let unsupported = |flag: String, feature| Err(ConfigError::Unsupported { flag, feature });
+    if args.enable_capacity {
+        return unsupported("--enable-capacity=true".into(), "storage capacity tracking");
+    }
+    if args.node_deployment {
+        return unsupported(
+            "--node-deployment=true".into(),
+            "node deployment (distributed provisioning)",
+        );
+    }
+    if args.cloning_protection_threads != 1 {
+        return unsupported(
+            format!(
+                "--cloning-protection-threads={}",
+                args.cloning_protection_threads
+            ),
+            "volume cloning (clone protection controller)",
+        );
+    }
+    if args.snapshot_orphan_sweep_interval != Duration::from_mins(5) {
+        return unsupported(
+            format!(
+                "--snapshot-orphan-sweep-interval={}",
+                flags::format_go_duration(args.snapshot_orphan_sweep_interval)
+            ),
+            "provisioning from snapshots (snapshot source-protection sweep)",
+        );
+    }
+    if !args.prevent_volume_mode_conversion {
+        return unsupported(
+            "--prevent-volume-mode-conversion=false".into(),
+            "provisioning from snapshots (volume mode conversion)",
+        );
+    }
+    let gates = args.gates();
+    if gates.volume_attributes_class == Some(true) {
+        return unsupported(
+            "--feature-gates=VolumeAttributesClass=true".into(),
+            "VolumeAttributesClass",
+        );
+    }
+    if gates.cross_namespace_volume_data_source {
+        return unsupported(
+            "--feature-gates=CrossNamespaceVolumeDataSource=true".into(),
+            "cross-namespace volume data sources",
+        );
+    }
+    Ok(())
+}
+
+/// `--kube-api-qps` is a float64 flag upstream but client-go's rest config holds a float32.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "client-go narrows the flag to float32 the same way"
+)]
+fn narrow_qps(qps: f64) -> f32 {
+    qps as f32
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+#[cfg(test)]
+mod tests;

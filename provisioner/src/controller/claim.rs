@@ -1,0 +1,614 @@
+//! The claim controller: one `claims` work item = one provisioning attempt for one claim UID
+//! (sig-storage-lib-external-provisioner `syncClaim` + `provisionClaimOperation`, and
+//! external-provisioner `Provision`).
+//!
+//! An attempt: decide whether the claim is ours and ready ([`decide_claim`]); skip it while an
+//! InvalidArgument refusal is fresh; stop if its PV exists already; emit `Provisioning`; plan
+//! the request (or reuse the plan of an attempt still in progress); fetch the provisioner
+//! secret; CreateVolume; then either save the PV or classify the failure into the state model
+//! of spec §4.7 and requeue with the per-claim exponential backoff.
+//!
+//! A claim that is gone from the cache but still [`in progress`](super::in_progress) is
+//! finished from its stored plan and its volume deleted: see [`sync_gone`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Api;
+use kube::api::PostParams;
+use proto::csi::v1::{CreateVolumeResponse, DeleteVolumeRequest};
+use tokio::time::Instant;
+use tonic::Code;
+
+use crate::csi::{CsiError, VolumeDriver};
+use crate::decide::{
+    ANN_ALPHA_SELECTED_NODE, ANN_SELECTED_NODE, ClaimStep, claim_class_name, decide_claim,
+};
+use crate::events::{EventType, reference};
+use crate::naming::volume_name;
+use crate::plan_error::{POPULATOR_EVENT_MESSAGE, PlanError, ProvisioningState};
+use crate::pv::{BuildPvError, build_pv};
+use crate::request::{ProvisionInputs, ProvisionPlan, plan_provision};
+use crate::topology::TopologyView;
+
+use super::in_progress::Entry;
+use super::save::{self, PendingVolume};
+use super::stores::TopologyStores;
+use super::{ClaimKey, Context, secrets};
+
+/// How many DeleteVolume attempts clean up a volume that came back unusable (upstream: 5 within
+/// one `--timeout`).
+const CLEANUP_ATTEMPTS: u32 = 5;
+
+/// What to do with the work item after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Done (or waiting for the claim to change): forget the backoff.
+    Done,
+    /// Failed: retry after the item's exponential backoff.
+    Retry,
+    /// Retry after exactly this long (infeasible window).
+    RetryAfter(Duration),
+}
+
+/// One `claims` worker.
+pub(crate) async fn worker<D: VolumeDriver>(ctx: Arc<Context<D>>) {
+    while let Some(key) = ctx.claims.get().await {
+        let outcome = sync(&ctx, &key).await;
+        match outcome {
+            Outcome::Done => ctx.claims.forget(&key),
+            Outcome::Retry => {
+                let delay = ctx.claims.add_rate_limited(key.clone());
+                tracing::debug!(claim = %format_args!("{}/{}", key.namespace, key.name), ?delay, "retrying claim");
+            }
+            Outcome::RetryAfter(delay) => ctx.claims.add_after(key.clone(), delay),
+        }
+        ctx.claims.done(&key);
+    }
+}
+
+/// One attempt for `key`: the cached claim if it still exists (same UID), else the stored copy
+/// of a claim in progress.
+pub(crate) async fn sync<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> Outcome {
+    match live_claim(ctx, key) {
+        Some(claim) => sync_claim(ctx, key, claim).await,
+        None => sync_gone(ctx, key).await,
+    }
+}
+
+fn live_claim<D>(ctx: &Context<D>, key: &ClaimKey) -> Option<Arc<PersistentVolumeClaim>> {
+    ctx.stores
+        .claim(&key.namespace, &key.name)
+        .filter(|claim| claim.metadata.uid.as_deref() == Some(key.uid.as_str()))
+}
+
+/// Labels of the provision metrics: class name and `spec.dataSource.kind`.
+fn metric_labels(claim: &PersistentVolumeClaim) -> (String, String) {
+    let source = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.data_source.as_ref())
+        .map(|d| d.kind.clone())
+        .unwrap_or_default();
+    (claim_class_name(claim), source)
+}
+
+async fn sync_claim<D: VolumeDriver>(
+    ctx: &Context<D>,
+    key: &ClaimKey,
+    claim: Arc<PersistentVolumeClaim>,
+) -> Outcome {
+    let class_name = claim_class_name(&claim);
+    let class = ctx.stores.class(&class_name);
+    let selected_node = match decide_claim(&ctx.options.driver_name, &claim, class.as_deref()) {
+        ClaimStep::Ignore => {
+            // Bound (possibly by another replica that finished our create) or not ours.
+            ctx.in_progress.remove(&key.uid);
+            ctx.infeasible.forget(&key.uid);
+            return Outcome::Done;
+        }
+        ClaimStep::WaitForSelectedNode => return Outcome::Done,
+        ClaimStep::Fail(err) => {
+            let attempt = Attempt::new(ctx, key, &claim);
+            return attempt.plan_failed(err).await;
+        }
+        ClaimStep::Provision { selected_node } => selected_node,
+    };
+    let Some(class) = class else {
+        // decide_claim only provisions with a class; stay defensive rather than panic.
+        return Outcome::Retry;
+    };
+
+    let class_uid = class.metadata.uid.clone().unwrap_or_default();
+    if let Some(wait) = ctx.infeasible.remaining(&key.uid, &class_uid) {
+        // Upstream: "recently infeasible", no CSI call until the window has passed.
+        return Outcome::RetryAfter(wait);
+    }
+
+    let attempt = Attempt::new(ctx, key, &claim);
+    let pv_name = match volume_name(
+        &ctx.options.volume_name_prefix,
+        &key.uid,
+        ctx.options.volume_name_uuid_length,
+    ) {
+        Ok(name) => name,
+        Err(err) => return attempt.plan_failed(err).await,
+    };
+    if ctx.stores.volume(&pv_name).is_some() || ctx.unsaved.contains(&pv_name) {
+        // The lib's existence short-cut: the PV exists (or is being saved), nothing to create.
+        ctx.in_progress.remove(&key.uid);
+        return Outcome::Done;
+    }
+
+    ctx.recorder.event(
+        &attempt.reference,
+        EventType::Normal,
+        "Provisioning",
+        format!(
+            "External provisioner is provisioning volume for claim \"{}/{}\"",
+            key.namespace, key.name
+        ),
+    );
+
+    let planned_claim = claim_for_plan(ctx, &claim);
+    let plan = match plan_for(ctx, key, &planned_claim, &class, selected_node.as_deref()) {
+        Ok(plan) => plan,
+        Err(err) => return attempt.plan_failed(err).await,
+    };
+    for warning in &plan.warnings {
+        tracing::warn!(claim = %attempt.name(), "{warning}");
+    }
+
+    let mut request = plan.request.clone();
+    if let Some(secret) = &plan.provisioner_secret {
+        match secrets::fetch(&ctx.client, secret).await {
+            Ok(data) => request.secrets = data,
+            Err(err) => {
+                let message = csi_common::logging::error_chain(&err);
+                return attempt.failed(&message, ProvisioningState::NoChange).await;
+            }
+        }
+    }
+
+    // Registered before the call, so a deletion while it runs finds the claim in progress.
+    ctx.in_progress.insert(
+        &key.uid,
+        Entry {
+            claim: Arc::clone(&claim),
+            plan: Arc::clone(&plan),
+            volume_id: None,
+        },
+    );
+    let result = ctx.driver.create_volume(request).await;
+
+    if live_claim(ctx, key).is_none() {
+        // Deleted while CreateVolume ran: never write a PV for it; clean up instead.
+        return match result {
+            Ok(response) => {
+                remember_volume(ctx, key, &response);
+                sync_gone(ctx, key).await
+            }
+            Err(err) => gone_create_failed(ctx, key, &err),
+        };
+    }
+    match result {
+        Ok(response) => {
+            let inputs = ProvisionInputs {
+                pvc: &planned_claim,
+                class: &class,
+                selected_node: selected_node.as_deref(),
+                topology: TopologyView {
+                    nodes: &[],
+                    csinodes: &[],
+                },
+                cached_requirement: plan.topology.as_ref(),
+            };
+            attempt.created(&inputs, &plan, &response).await
+        }
+        Err(err) => attempt.create_failed(&err, selected_node.is_some()).await,
+    }
+}
+
+/// The plan of this attempt: the stored one while the claim is in progress (the driver may
+/// still be creating the volume, so the very same request is repeated), else a fresh one.
+fn plan_for<D>(
+    ctx: &Context<D>,
+    key: &ClaimKey,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    selected_node: Option<&str>,
+) -> Result<Arc<ProvisionPlan>, PlanError> {
+    if let Some(entry) = ctx.in_progress.get(&key.uid) {
+        return Ok(entry.plan);
+    }
+    let snapshot = ctx.stores.topology.as_ref().map(TopologyStores::snapshot);
+    let topology = snapshot.as_deref().map_or(
+        TopologyView {
+            nodes: &[],
+            csinodes: &[],
+        },
+        |s| TopologyView {
+            nodes: &s.nodes,
+            csinodes: &s.csinodes,
+        },
+    );
+    let inputs = ProvisionInputs {
+        pvc: claim,
+        class,
+        selected_node,
+        topology,
+        cached_requirement: None,
+    };
+    plan_provision(&ctx.options, &inputs).map(Arc::new)
+}
+
+/// With `--feature-gates=VolumeAttributesClass=false` upstream ignores the claim's class name;
+/// planning sees the claim without it.
+fn claim_for_plan<D>(
+    ctx: &Context<D>,
+    claim: &Arc<PersistentVolumeClaim>,
+) -> Arc<PersistentVolumeClaim> {
+    let has_vac = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_attributes_class_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    if has_vac && ctx.settings.vac_gate == Some(false) {
+        let mut copy = (**claim).clone();
+        if let Some(spec) = copy.spec.as_mut() {
+            spec.volume_attributes_class_name = None;
+        }
+        return Arc::new(copy);
+    }
+    Arc::clone(claim)
+}
+
+fn remember_volume<D>(ctx: &Context<D>, key: &ClaimKey, response: &CreateVolumeResponse) {
+    if let Some(volume) = &response.volume
+        && !volume.volume_id.is_empty()
+    {
+        ctx.in_progress
+            .set_volume(&key.uid, volume.volume_id.clone());
+    } else {
+        // Nothing to delete; the driver answered without a volume.
+        ctx.in_progress.remove(&key.uid);
+    }
+}
+
+/// The state upstream's `checkError` gives a failed CreateVolume (spec §4.5); InvalidArgument
+/// is handled before this as "infeasible".
+pub(crate) fn create_error_state(
+    err: &CsiError,
+    topology: bool,
+    selected_node: bool,
+) -> ProvisioningState {
+    match err.code {
+        // No status: the call may have reached the driver.
+        None => ProvisioningState::InBackground,
+        // Out of space on the chosen node: let the scheduler pick another one.
+        Some(Code::ResourceExhausted) if topology && selected_node => ProvisioningState::Reschedule,
+        Some(Code::Cancelled | Code::DeadlineExceeded | Code::Unavailable | Code::Aborted) => {
+            ProvisioningState::InBackground
+        }
+        Some(_) => ProvisioningState::Finished,
+    }
+}
+
+/// A claim that is gone from the cache (deleted, or re-created under a new UID).
+///
+/// Beyond upstream (#486, #1469): if it was in progress, the create it started is driven to a
+/// definite answer with the same request, and a volume that exists is deleted, so deleting a
+/// claim never leaks a volume.
+async fn sync_gone<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> Outcome {
+    ctx.infeasible.forget(&key.uid);
+    let Some(entry) = ctx.in_progress.get(&key.uid) else {
+        return Outcome::Done;
+    };
+    let claim = format!("{}/{}", key.namespace, key.name);
+    let secrets = match &entry.plan.provisioner_secret {
+        Some(secret) => match secrets::fetch(&ctx.client, secret).await {
+            Ok(data) => data,
+            Err(err) => {
+                // The secret may have gone with the claim's namespace; try without it.
+                tracing::warn!(%claim, error = csi_common::logging::error_chain(&err), "cleaning up without provisioner secret");
+                HashMap::default()
+            }
+        },
+        None => HashMap::default(),
+    };
+    let volume_id = if let Some(volume_id) = entry.volume_id {
+        volume_id
+    } else {
+        tracing::info!(%claim, volume = %entry.plan.pv_name, "claim deleted while its volume was being created; finishing CreateVolume to clean up");
+        let mut request = entry.plan.request.clone();
+        request.secrets.clone_from(&secrets);
+        match ctx.driver.create_volume(request).await {
+            Ok(response) => {
+                remember_volume(ctx, key, &response);
+                let Some(volume_id) = ctx.in_progress.get(&key.uid).and_then(|e| e.volume_id)
+                else {
+                    return Outcome::Done;
+                };
+                volume_id
+            }
+            Err(err) => return gone_create_failed(ctx, key, &err),
+        }
+    };
+    let request = DeleteVolumeRequest {
+        volume_id: volume_id.clone(),
+        secrets,
+    };
+    match ctx.driver.delete_volume(request).await {
+        Ok(()) => {
+            tracing::info!(%claim, volume_id, "deleted the volume of a claim deleted during provisioning");
+            ctx.in_progress.remove(&key.uid);
+            Outcome::Done
+        }
+        Err(err) => {
+            tracing::warn!(%claim, volume_id, error = %err, "cannot delete the volume of a deleted claim, retrying");
+            Outcome::Retry
+        }
+    }
+}
+
+/// CreateVolume failed for a claim that is gone: keep trying while the driver may still be
+/// working on it; a final error means no volume exists.
+fn gone_create_failed<D>(ctx: &Context<D>, key: &ClaimKey, err: &CsiError) -> Outcome {
+    if create_error_state(err, false, false) == ProvisioningState::InBackground {
+        tracing::info!(claim = %format_args!("{}/{}", key.namespace, key.name), error = %err, "CreateVolume for a deleted claim still in progress");
+        return Outcome::Retry;
+    }
+    tracing::info!(claim = %format_args!("{}/{}", key.namespace, key.name), error = %err, "CreateVolume for a deleted claim failed finally; nothing to clean up");
+    ctx.in_progress.remove(&key.uid);
+    Outcome::Done
+}
+
+/// One provisioning attempt of a live claim: where failures are reported.
+struct Attempt<'a, D> {
+    ctx: &'a Context<D>,
+    key: &'a ClaimKey,
+    claim: &'a Arc<PersistentVolumeClaim>,
+    reference: k8s_openapi::api::core::v1::ObjectReference,
+    /// Whether the claim was in progress before this attempt (NoChange keeps that).
+    was_in_progress: bool,
+    started: Instant,
+}
+
+impl<'a, D: VolumeDriver> Attempt<'a, D> {
+    fn new(ctx: &'a Context<D>, key: &'a ClaimKey, claim: &'a Arc<PersistentVolumeClaim>) -> Self {
+        Self {
+            ctx,
+            key,
+            claim,
+            reference: reference(&**claim),
+            was_in_progress: ctx.in_progress.contains(&key.uid),
+            started: Instant::now(),
+        }
+    }
+
+    fn name(&self) -> String {
+        format!("{}/{}", self.key.namespace, self.key.name)
+    }
+
+    /// A planning failure (before any CSI call).
+    async fn plan_failed(&self, err: PlanError) -> Outcome {
+        if err.is_ignored() {
+            if matches!(err, PlanError::ExternalPopulator { .. }) {
+                self.ctx.recorder.event(
+                    &self.reference,
+                    EventType::Normal,
+                    "Provisioning",
+                    POPULATOR_EVENT_MESSAGE,
+                );
+            }
+            return Outcome::Done;
+        }
+        let message = err.event_message();
+        if !err.emits_event() {
+            // The lib logs these and retries without an Event (e.g. the class does not exist).
+            tracing::info!(claim = %self.name(), error = %message, "cannot provision claim yet");
+            let (class, source) = metric_labels(self.claim);
+            self.ctx.metrics.provision_failed(&class, &source);
+            return self.settle(err.state()).await;
+        }
+        self.failed(&message, err.state()).await
+    }
+
+    /// A failure with `state`: Warning Event, metric, state transition, backoff.
+    async fn failed(&self, message: &str, state: ProvisioningState) -> Outcome {
+        tracing::warn!(claim = %self.name(), error = message, ?state, "provisioning failed");
+        self.ctx.recorder.event(
+            &self.reference,
+            EventType::Warning,
+            "ProvisioningFailed",
+            message,
+        );
+        let (class, source) = metric_labels(self.claim);
+        self.ctx.metrics.provision_failed(&class, &source);
+        self.settle(state).await
+    }
+
+    /// Applies the state model (spec §4.7) and asks for a retry.
+    async fn settle(&self, state: ProvisioningState) -> Outcome {
+        match state {
+            ProvisioningState::Finished => {
+                self.ctx.in_progress.remove(&self.key.uid);
+            }
+            ProvisioningState::InBackground => {}
+            ProvisioningState::NoChange => {
+                if !self.was_in_progress {
+                    self.ctx.in_progress.remove(&self.key.uid);
+                }
+            }
+            ProvisioningState::Reschedule => {
+                self.ctx.in_progress.remove(&self.key.uid);
+                self.reschedule().await;
+            }
+        }
+        Outcome::Retry
+    }
+
+    /// Removes the selected-node annotation so the scheduler picks another node (upstream: a
+    /// full Update of the claim). A failed update is only logged: the claim is retried anyway.
+    async fn reschedule(&self) {
+        let Some(current) = live_claim(self.ctx, self.key) else {
+            return;
+        };
+        let has_node = current.metadata.annotations.as_ref().is_some_and(|a| {
+            a.contains_key(ANN_SELECTED_NODE) || a.contains_key(ANN_ALPHA_SELECTED_NODE)
+        });
+        if !has_node {
+            return;
+        }
+        let mut updated = (*current).clone();
+        if let Some(annotations) = updated.metadata.annotations.as_mut() {
+            annotations.remove(ANN_SELECTED_NODE);
+            annotations.remove(ANN_ALPHA_SELECTED_NODE);
+        }
+        let api: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.ctx.client.clone(), &self.key.namespace);
+        match api
+            .replace(&self.key.name, &PostParams::default(), &updated)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(claim = %self.name(), "removed the selected node so the claim is rescheduled");
+            }
+            Err(err) => {
+                tracing::warn!(claim = %self.name(), error = csi_common::logging::error_chain(&err), "cannot remove the selected node annotation");
+            }
+        }
+    }
+
+    /// CreateVolume succeeded: save the PV, or clean up a volume that cannot be used.
+    async fn created(
+        &self,
+        inputs: &ProvisionInputs<'_>,
+        plan: &ProvisionPlan,
+        response: &CreateVolumeResponse,
+    ) -> Outcome {
+        match build_pv(&self.ctx.options, inputs, plan, response) {
+            Ok(volume) => {
+                self.ctx.in_progress.remove(&self.key.uid);
+                self.ctx.infeasible.forget(&self.key.uid);
+                let (class, source) = metric_labels(self.claim);
+                save::store(
+                    self.ctx,
+                    PendingVolume {
+                        volume,
+                        claim: self.reference.clone(),
+                        class,
+                        source,
+                        started: self.started,
+                    },
+                )
+                .await;
+                Outcome::Done
+            }
+            Err(err) => self.unusable_volume(&err, plan).await,
+        }
+    }
+
+    /// CreateVolume failed with `err`.
+    async fn create_failed(&self, err: &CsiError, selected_node: bool) -> Outcome {
+        if err.code == Some(Code::InvalidArgument) {
+            // Infeasible (spec §4.8): slow retry, no reschedule.
+            let class_uid = self
+                .ctx
+                .stores
+                .class(&claim_class_name(self.claim))
+                .and_then(|c| c.metadata.uid.clone())
+                .unwrap_or_default();
+            self.ctx.infeasible.refuse(&self.key.uid, &class_uid);
+            let message = format!(
+                "Volume provisioning failed with infeasible error. Retries will be delayed. {err}"
+            );
+            self.failed(&message, ProvisioningState::Finished).await;
+            return Outcome::RetryAfter(self.ctx.settings.retry.max);
+        }
+        let state = create_error_state(err, self.ctx.settings.topology, selected_node);
+        self.failed(&err.to_string(), state).await
+    }
+
+    /// CreateVolume succeeded but the volume cannot be used: delete it and try again
+    /// (InBackground, spec §4.5).
+    async fn unusable_volume(&self, err: &BuildPvError, plan: &ProvisionPlan) -> Outcome {
+        let mut message = err.to_string();
+        if let Some(volume_id) = err.cleanup_volume_id()
+            && let Err(cleanup) = self.cleanup(volume_id, plan).await
+        {
+            message = err.with_cleanup_failure(&plan.pv_name, &cleanup.to_string());
+        }
+        self.failed(&message, err.state()).await
+    }
+
+    /// DeleteVolume with the provisioner secret, a few times within one `--timeout`.
+    async fn cleanup(&self, volume_id: &str, plan: &ProvisionPlan) -> Result<(), CsiError> {
+        let secrets = match &plan.provisioner_secret {
+            Some(secret) => secrets::fetch(&self.ctx.client, secret)
+                .await
+                .unwrap_or_default(),
+            None => HashMap::default(),
+        };
+        let deadline = Instant::now() + self.ctx.settings.timeout;
+        let mut last = CsiError::status(Code::DeadlineExceeded, "cleanup did not finish in time");
+        for _ in 0..CLEANUP_ATTEMPTS {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let request = DeleteVolumeRequest {
+                volume_id: volume_id.to_owned(),
+                secrets: secrets.clone(),
+            };
+            match self.ctx.driver.delete_volume(request).await {
+                Ok(()) => return Ok(()),
+                Err(err) => last = err,
+            }
+        }
+        Err(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_errors_map_to_upstream_states() {
+        use ProvisioningState::{Finished, InBackground, Reschedule};
+        let state = |code: Option<Code>, topology, node| {
+            create_error_state(
+                &CsiError {
+                    code,
+                    message: String::new(),
+                },
+                topology,
+                node,
+            )
+        };
+        assert_eq!(state(None, false, false), InBackground);
+        for code in [
+            Code::Cancelled,
+            Code::DeadlineExceeded,
+            Code::Unavailable,
+            Code::Aborted,
+        ] {
+            assert_eq!(state(Some(code), true, true), InBackground, "{code:?}");
+        }
+        assert_eq!(state(Some(Code::ResourceExhausted), true, true), Reschedule);
+        assert_eq!(state(Some(Code::ResourceExhausted), true, false), Finished);
+        assert_eq!(state(Some(Code::ResourceExhausted), false, true), Finished);
+        for code in [
+            Code::Internal,
+            Code::OutOfRange,
+            Code::NotFound,
+            Code::AlreadyExists,
+            Code::Unknown,
+        ] {
+            assert_eq!(state(Some(code), true, true), Finished, "{code:?}");
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! The claim and volume controllers (sig-storage-lib-external-provisioner's
+//! `ProvisionController` plus external-provisioner's `Provision`/`Delete`), on shared informer
+//! caches and three work queues named as upstream's (`claims`, `volumes`, `unsavedpvs`).
+//!
+//! * [`claim`]: PVC → CreateVolume → PV, with the state model of spec §4.7 and the
+//!   deleted-claim cleanup of [`in_progress`].
+//! * [`volume`]: PV finalizer maintenance and Released → DeleteVolume → PV removal (§5).
+//! * [`save`]: PVs whose creation failed after the volume was made, retried forever (§4.5).
+//!
+//! `--worker-threads` workers serve `claims` and as many serve `volumes`, so at most that many
+//! CreateVolume and, separately, DeleteVolume calls run at once, as upstream.
+
+pub mod claim;
+pub mod in_progress;
+pub mod queue;
+pub mod save;
+pub mod secrets;
+pub mod stores;
+pub mod volume;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use csi_common::capabilities::{
+    ControllerCapabilities, PluginCapabilities, PluginServiceCapability,
+};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::Client;
+
+use crate::args::{Config, RetrySettings};
+use crate::csi::VolumeDriver;
+use crate::events::EventRecorder;
+use crate::metrics::{ControllerMetrics, WorkQueueMetrics};
+use crate::request::ProvisionOptions;
+
+use self::in_progress::{InProgress, Infeasible};
+use self::queue::WorkQueue;
+use self::save::Unsaved;
+use self::stores::{Handlers, Stores, Wanted};
+
+/// Workers of the `unsavedpvs` queue (upstream's fixed 4).
+const UNSAVED_WORKERS: usize = 4;
+/// client-go `DefaultControllerRateLimiter`'s per-item backoff, used for `unsavedpvs`.
+const UNSAVED_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1000));
+
+/// The controllers failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A worker task panicked.
+    #[error("a controller worker stopped unexpectedly")]
+    Worker(#[source] tokio::task::JoinError),
+}
+
+/// What the controllers need besides the caches they build themselves.
+pub struct ControllerDeps<D> {
+    /// Main API client (rate limited by `--kube-api-qps` / `--kube-api-burst`).
+    pub client: Client,
+    /// The driver's controller RPCs.
+    pub driver: D,
+    /// Request and PV construction settings.
+    pub options: ProvisionOptions,
+    /// Concurrency, retry and feature settings.
+    pub settings: Settings,
+    /// Event sink.
+    pub recorder: EventRecorder,
+    /// `controller_*` metrics.
+    pub metrics: ControllerMetrics,
+    /// `workqueue_*` metrics.
+    pub workqueue_metrics: WorkQueueMetrics,
+}
+
+impl<D> std::fmt::Debug for ControllerDeps<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerDeps")
+            .field("options", &self.options)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Controller-level settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `--worker-threads`.
+    pub worker_threads: usize,
+    /// `--retry-interval-start` / `--retry-interval-max`.
+    pub retry: RetrySettings,
+    /// `--timeout`: also the window for cleaning up a volume that came back too small.
+    pub timeout: Duration,
+    /// Topology in use (driver capability and gate): Nodes and CSINodes are cached.
+    pub topology: bool,
+    /// The driver publishes volumes: VolumeAttachments are cached and block deletion.
+    pub attachments: bool,
+    /// The `VolumeAttributesClass` gate as given (`Some(false)`: claims' classes are ignored).
+    pub vac_gate: Option<bool>,
+}
+
+impl Settings {
+    /// Settings from the flags and the driver's capabilities.
+    pub fn new(
+        config: &Config,
+        plugin: &PluginCapabilities,
+        controller: &ControllerCapabilities,
+    ) -> Self {
+        Self {
+            worker_threads: config.worker_threads,
+            retry: config.retry,
+            timeout: config.timeout,
+            topology: config.provisioning.topology_gate
+                && plugin.has_volume_accessibility_constraints(),
+            attachments: controller.has_publish_unpublish_volume(),
+            vac_gate: config.provisioning.volume_attributes_class_gate,
+        }
+    }
+}
+
+/// Request and PV settings from the flags and the driver (the `Topology` gate off hides the
+/// driver's VOLUME_ACCESSIBILITY_CONSTRAINTS, as upstream then ignores topology).
+pub fn provision_options(
+    config: &Config,
+    driver_name: &str,
+    plugin: &PluginCapabilities,
+    controller: &ControllerCapabilities,
+    provisioner_identity: &str,
+) -> ProvisionOptions {
+    let plugin_caps = if config.provisioning.topology_gate {
+        plugin.clone()
+    } else {
+        PluginCapabilities::from_values(
+            plugin
+                .services()
+                .filter(|s| *s != PluginServiceCapability::VolumeAccessibilityConstraints),
+            plugin.volume_expansion(),
+        )
+    };
+    let p = &config.provisioning;
+    ProvisionOptions {
+        driver_name: driver_name.to_owned(),
+        volume_name_prefix: p.volume_name_prefix.clone(),
+        volume_name_uuid_length: p.volume_name_uuid_length,
+        default_fstype: p.default_fstype.clone(),
+        extra_create_metadata: p.extra_create_metadata,
+        strict_topology: p.strict_topology,
+        immediate_topology: p.immediate_topology,
+        controller_publish_readonly: p.controller_publish_readonly,
+        provisioner_identity: provisioner_identity.to_owned(),
+        plugin_caps,
+        controller_caps: controller.clone(),
+    }
+}
+
+/// A claim in the `claims` queue: upstream keys claims by UID; the name lets the worker find
+/// the claim in the cache and tell a deleted claim from a re-created one of the same name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimKey {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ClaimKey {
+    /// The key of `claim` (`None` for an object without uid or name, which the API never sends).
+    pub fn of(claim: &PersistentVolumeClaim) -> Option<Self> {
+        Some(Self {
+            uid: claim.metadata.uid.clone()?,
+            namespace: claim.metadata.namespace.clone().unwrap_or_default(),
+            name: claim.metadata.name.clone()?,
+        })
+    }
+}
+
+/// Everything a worker needs, shared by all of them.
+pub(crate) struct Context<D> {
+    pub(crate) client: Client,
+    pub(crate) driver: D,
+    pub(crate) options: ProvisionOptions,
+    pub(crate) settings: Settings,
+    pub(crate) recorder: EventRecorder,
+    pub(crate) metrics: ControllerMetrics,
+    pub(crate) stores: Stores,
+    pub(crate) claims: Arc<WorkQueue<ClaimKey>>,
+    pub(crate) volumes: Arc<WorkQueue<String>>,
+    pub(crate) in_progress: Arc<InProgress>,
+    pub(crate) infeasible: Infeasible,
+    pub(crate) unsaved: Unsaved,
+    /// UIDs of PVs whose storage we deleted and whose object is on its way out: the cache may
+    /// still show them with our finalizer for a moment, which must not cause a second
+    /// DeleteVolume.
+    pub(crate) deleted: Arc<DeletedVolumes>,
+}
+
+/// UIDs of PVs deleted by us and not yet gone from the cache.
+#[derive(Debug, Default)]
+pub(crate) struct DeletedVolumes(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl DeletedVolumes {
+    fn set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn insert(&self, uid: &str) {
+        self.set().insert(uid.to_owned());
+    }
+
+    pub(crate) fn contains(&self, uid: &str) -> bool {
+        self.set().contains(uid)
+    }
+
+    fn remove(&self, uid: &str) {
+        self.set().remove(uid);
+    }
+}
+
+/// Turns informer events into queue adds (client-go's `ResourceEventHandler`s).
+struct QueueHandlers {
+    claims: Arc<WorkQueue<ClaimKey>>,
+    volumes: Arc<WorkQueue<String>>,
+    in_progress: Arc<InProgress>,
+    deleted: Arc<DeletedVolumes>,
+}
+
+impl Handlers for QueueHandlers {
+    fn claim_applied(&self, claim: &PersistentVolumeClaim) {
+        if let Some(key) = ClaimKey::of(claim) {
+            self.claims.add(key);
+        }
+    }
+
+    fn claim_deleted(&self, claim: &PersistentVolumeClaim) {
+        // Upstream ignores deletions; a claim in progress must be finished and cleaned up now
+        // rather than after its backoff, so it goes back to the queue.
+        if let Some(key) = ClaimKey::of(claim)
+            && self.in_progress.contains(&key.uid)
+        {
+            self.claims.add(key);
+        }
+    }
+
+    fn volume_applied(&self, volume: &PersistentVolume) {
+        if let Some(name) = &volume.metadata.name {
+            self.volumes.add(name.clone());
+        }
+    }
+
+    fn volume_deleted(&self, volume: &PersistentVolume) {
+        if let Some(name) = &volume.metadata.name {
+            self.volumes.forget(name);
+        }
+        if let Some(uid) = &volume.metadata.uid {
+            self.deleted.remove(uid);
+        }
+    }
+
+    fn attachment_deleted(&self, attachment: &VolumeAttachment) {
+        // A deletion blocked by this attachment can go ahead now instead of after its backoff.
+        if let Some(pv) = &attachment.spec.source.persistent_volume_name {
+            self.volumes.add(pv.clone());
+        }
+    }
+}
+
+/// Runs both controllers until `stop` resolves, then lets in-flight work finish.
+pub async fn run<D: VolumeDriver>(
+    deps: ControllerDeps<D>,
+    stop: impl Future<Output = ()> + Send,
+) -> Result<(), Error> {
+    let ControllerDeps {
+        client,
+        driver,
+        options,
+        settings,
+        recorder,
+        metrics,
+        workqueue_metrics,
+    } = deps;
+    let retry = settings.retry;
+    let mut background = tokio::task::JoinSet::new();
+
+    let (claims, delays) =
+        WorkQueue::new(retry.start, retry.max, workqueue_metrics.queue("claims"));
+    background.spawn(delays);
+    let (volumes, delays) =
+        WorkQueue::new(retry.start, retry.max, workqueue_metrics.queue("volumes"));
+    background.spawn(delays);
+    let (unsaved_queue, delays) = WorkQueue::new(
+        UNSAVED_BACKOFF.0,
+        UNSAVED_BACKOFF.1,
+        workqueue_metrics.queue("unsavedpvs"),
+    );
+    background.spawn(delays);
+    for (name, probe) in [
+        ("claims", processing_probe(&claims)),
+        ("volumes", processing_probe(&volumes)),
+        ("unsavedpvs", processing_probe(&unsaved_queue)),
+    ] {
+        workqueue_metrics.observe_processing(name, probe);
+    }
+
+    let in_progress = Arc::new(InProgress::default());
+    let deleted = Arc::new(DeletedVolumes::default());
+    let handlers = Arc::new(QueueHandlers {
+        claims: Arc::clone(&claims),
+        volumes: Arc::clone(&volumes),
+        in_progress: Arc::clone(&in_progress),
+        deleted: Arc::clone(&deleted),
+    });
+    let (stores, informers) = stores::start(
+        &client,
+        Wanted {
+            topology: settings.topology,
+            attachments: settings.attachments,
+        },
+        &handlers,
+    );
+    for informer in informers {
+        background.spawn(informer);
+    }
+
+    let ctx = Arc::new(Context {
+        client,
+        driver,
+        options,
+        infeasible: Infeasible::new(retry.max),
+        unsaved: Unsaved::new(unsaved_queue),
+        settings,
+        recorder,
+        metrics,
+        stores,
+        claims,
+        volumes,
+        in_progress,
+        deleted,
+    });
+
+    let mut stop = std::pin::pin!(stop);
+    tokio::select! {
+        () = ctx.stores.ready() => tracing::info!("caches synced, starting controllers"),
+        () = &mut stop => {
+            shut_down(&ctx);
+            background.shutdown().await;
+            return Ok(());
+        }
+    }
+
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..ctx.settings.worker_threads {
+        workers.spawn(claim::worker(Arc::clone(&ctx)));
+        workers.spawn(volume::worker(Arc::clone(&ctx)));
+    }
+    for _ in 0..UNSAVED_WORKERS {
+        workers.spawn(save::worker(Arc::clone(&ctx)));
+    }
+
+    let result = tokio::select! {
+        () = &mut stop => Ok(()),
+        Some(Err(err)) = workers.join_next() => Err(Error::Worker(err)),
+    };
+    shut_down(&ctx);
+    // Workers finish the item in hand (each CSI call is bounded by --timeout) and return.
+    while let Some(joined) = workers.join_next().await {
+        if let Err(err) = joined
+            && err.is_panic()
+        {
+            tracing::error!(error = %err, "worker panicked");
+        }
+    }
+    background.shutdown().await;
+    result
+}
+
+fn shut_down<D>(ctx: &Context<D>) {
+    ctx.claims.shut_down();
+    ctx.volumes.shut_down();
+    ctx.unsaved.queue.shut_down();
+}
+
+fn processing_probe<K>(queue: &Arc<WorkQueue<K>>) -> crate::metrics::ProcessingProbe
+where
+    K: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
+{
+    let queue = Arc::downgrade(queue);
+    Arc::new(move || {
+        queue
+            .upgrade()
+            .map_or((0.0, 0.0), |q| q.processing_seconds())
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,663 @@
+//! The controllers through the fake-driver seam, against the in-memory API server in-process
+//! (real list/watch/patch semantics, no sockets), with short retry intervals.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use csi_common::capabilities::{ControllerCapability, PluginCapabilities, PluginServiceCapability};
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, Event, ObjectReference, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeSpec, PersistentVolumeStatus,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::{
+    StorageClass, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use proto::csi::v1::{CreateVolumeRequest, CreateVolumeResponse, DeleteVolumeRequest, Volume};
+use testbed::apiserver::ApiServer;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tonic::Code;
+
+use super::*;
+use crate::args::RetrySettings;
+use crate::csi::CsiError;
+
+const DRIVER: &str = "fake.csi.k8s.io";
+const START: Duration = Duration::from_millis(40);
+const MAX: Duration = Duration::from_millis(400);
+
+/// A scripted driver: CreateVolume answers come from `script` (default: success), a `hold`
+/// keeps calls waiting until released, and every call is recorded.
+#[derive(Clone, Default)]
+struct FakeDriver {
+    state: Arc<Mutex<FakeState>>,
+    hold: Arc<Mutex<Option<Arc<Notify>>>>,
+}
+
+#[derive(Default)]
+struct FakeState {
+    creates: Vec<(Instant, CreateVolumeRequest)>,
+    deletes: Vec<DeleteVolumeRequest>,
+    script: VecDeque<CsiError>,
+    delete_script: VecDeque<CsiError>,
+    volumes: HashMap<String, String>,
+}
+
+impl FakeDriver {
+    fn fail_next(&self, errors: impl IntoIterator<Item = CsiError>) {
+        self.state.lock().unwrap().script.extend(errors);
+    }
+
+    fn hold_creates(&self) -> Arc<Notify> {
+        let notify = Arc::new(Notify::new());
+        *self.hold.lock().unwrap() = Some(Arc::clone(&notify));
+        notify
+    }
+
+    fn creates(&self) -> Vec<(Instant, CreateVolumeRequest)> {
+        self.state.lock().unwrap().creates.clone()
+    }
+
+    fn deletes(&self) -> Vec<DeleteVolumeRequest> {
+        self.state.lock().unwrap().deletes.clone()
+    }
+
+    fn volumes(&self) -> HashMap<String, String> {
+        self.state.lock().unwrap().volumes.clone()
+    }
+}
+
+impl VolumeDriver for FakeDriver {
+    async fn create_volume(
+        &self,
+        request: CreateVolumeRequest,
+    ) -> Result<CreateVolumeResponse, CsiError> {
+        self.state
+            .lock()
+            .unwrap()
+            .creates
+            .push((Instant::now(), request.clone()));
+        let hold = self.hold.lock().unwrap().take();
+        if let Some(hold) = hold {
+            hold.notified().await;
+        }
+        let mut state = self.state.lock().unwrap();
+        if let Some(err) = state.script.pop_front() {
+            return Err(err);
+        }
+        let id = format!("vol-{}", request.name);
+        state.volumes.insert(id.clone(), request.name.clone());
+        Ok(CreateVolumeResponse {
+            volume: Some(Volume {
+                capacity_bytes: request.capacity_range.map_or(0, |c| c.required_bytes),
+                volume_id: id,
+                ..Volume::default()
+            }),
+        })
+    }
+
+    async fn delete_volume(&self, request: DeleteVolumeRequest) -> Result<(), CsiError> {
+        let mut state = self.state.lock().unwrap();
+        state.deletes.push(request.clone());
+        if let Some(err) = state.delete_script.pop_front() {
+            return Err(err);
+        }
+        state.volumes.remove(&request.volume_id);
+        Ok(())
+    }
+}
+
+struct Harness {
+    server: ApiServer,
+    client: kube::Client,
+    driver: FakeDriver,
+    stop: Arc<Notify>,
+    task: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+impl Harness {
+    async fn start(attachments: bool) -> Self {
+        let server = ApiServer::new();
+        let client = server.client();
+        let driver = FakeDriver::default();
+        let mut rpcs = vec![ControllerCapability::CreateDeleteVolume];
+        if attachments {
+            rpcs.push(ControllerCapability::PublishUnpublishVolume);
+        }
+        let options = crate::request::ProvisionOptions {
+            driver_name: DRIVER.into(),
+            volume_name_prefix: "pvc".into(),
+            volume_name_uuid_length: -1,
+            default_fstype: String::new(),
+            extra_create_metadata: false,
+            strict_topology: false,
+            immediate_topology: true,
+            controller_publish_readonly: false,
+            provisioner_identity: "1-2-fake.csi.k8s.io".into(),
+            plugin_caps: PluginCapabilities::from_values(
+                [PluginServiceCapability::ControllerService],
+                [],
+            ),
+            controller_caps: crate::request::tests::controller_caps(&rpcs),
+        };
+        let registry = prometheus::Registry::new();
+        let (recorder, writer) =
+            EventRecorder::new(client.clone(), "fake.csi.k8s.io_test_uuid".into());
+        tokio::spawn(writer);
+        let deps = ControllerDeps {
+            client: client.clone(),
+            driver: driver.clone(),
+            options,
+            settings: Settings {
+                worker_threads: 4,
+                retry: RetrySettings {
+                    start: START,
+                    max: MAX,
+                },
+                timeout: Duration::from_secs(1),
+                topology: false,
+                attachments,
+                vac_gate: None,
+            },
+            recorder,
+            metrics: ControllerMetrics::register(&registry).unwrap(),
+            workqueue_metrics: WorkQueueMetrics::register(&registry).unwrap(),
+        };
+        let stop = Arc::new(Notify::new());
+        let task = tokio::spawn({
+            let stop = Arc::clone(&stop);
+            async move { run(deps, async move { stop.notified().await }).await }
+        });
+        let harness = Self {
+            server,
+            client,
+            driver,
+            stop,
+            task,
+        };
+        harness.create_class("fast", "Delete").await;
+        harness
+    }
+
+    async fn stop(self) {
+        self.stop.notify_one();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("controllers stop")
+            .unwrap()
+            .unwrap();
+    }
+
+    async fn create_class(&self, name: &str, reclaim: &str) {
+        let class = StorageClass {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            provisioner: DRIVER.into(),
+            reclaim_policy: Some(reclaim.into()),
+            parameters: Some(BTreeMap::from([("color".into(), "blue".into())])),
+            ..StorageClass::default()
+        };
+        Api::<StorageClass>::all(self.client.clone())
+            .create(&PostParams::default(), &class)
+            .await
+            .unwrap();
+    }
+
+    async fn create_claim(&self, name: &str) -> PersistentVolumeClaim {
+        let claim = PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                annotations: Some(BTreeMap::from([(
+                    "volume.kubernetes.io/storage-provisioner".into(),
+                    DRIVER.into(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: Some("fast".into()),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
+                    ..VolumeResourceRequirements::default()
+                }),
+                ..PersistentVolumeClaimSpec::default()
+            }),
+            ..PersistentVolumeClaim::default()
+        };
+        self.claims()
+            .create(&PostParams::default(), &claim)
+            .await
+            .unwrap()
+    }
+
+    fn claims(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    fn volumes(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+
+    /// Deletes the claim and, standing in for kube-controller-manager's pvc-protection
+    /// controller, drops its finalizer so it is really gone.
+    async fn delete_claim(&self, name: &str) {
+        self.claims()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        let patch = serde_json::json!({"metadata": {"finalizers": null}});
+        let _ = self
+            .claims()
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await;
+    }
+
+    async fn events(&self, reason: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+}
+
+async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn uid(claim: &PersistentVolumeClaim) -> String {
+    claim.metadata.uid.clone().unwrap()
+}
+
+#[tokio::test]
+async fn a_claim_gets_a_volume_and_a_pv_bound_to_it() {
+    let h = Harness::start(false).await;
+    let claim = h.create_claim("data").await;
+    let pv_name = format!("pvc-{}", uid(&claim));
+    let pv = eventually("the PV", async || {
+        h.volumes().get_opt(&pv_name).await.unwrap()
+    })
+    .await;
+
+    let creates = h.driver.creates();
+    assert_eq!(creates.len(), 1);
+    let request = &creates[0].1;
+    assert_eq!(request.name, pv_name);
+    assert_eq!(request.capacity_range.unwrap().required_bytes, 1 << 30);
+    assert_eq!(
+        request.parameters.get("color").map(String::as_str),
+        Some("blue")
+    );
+
+    let spec = pv.spec.unwrap();
+    let claim_ref = spec.claim_ref.unwrap();
+    assert_eq!(claim_ref.uid, claim.metadata.uid);
+    assert_eq!(claim_ref.name.as_deref(), Some("data"));
+    assert_eq!(spec.csi.unwrap().volume_handle, format!("vol-{pv_name}"));
+    assert_eq!(
+        pv.metadata.finalizers.unwrap(),
+        vec![
+            "external-provisioner.volume.kubernetes.io/finalizer".to_owned(),
+            "kubernetes.io/pv-protection".to_owned()
+        ],
+        "ours from the POST, pv-protection from admission (fixture pv-0)"
+    );
+    let succeeded = eventually("ProvisioningSucceeded", async || {
+        let events = h.events("ProvisioningSucceeded").await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(
+        succeeded[0].message.as_deref(),
+        Some(format!("Successfully provisioned volume {pv_name}").as_str())
+    );
+    assert_eq!(h.events("Provisioning").await.len(), 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn failures_are_retried_with_exponential_backoff_and_one_aggregated_event() {
+    let h = Harness::start(false).await;
+    h.driver
+        .fail_next((0..3).map(|_| CsiError::status(Code::Internal, "backend busy")));
+    let claim = h.create_claim("data").await;
+    let pv_name = format!("pvc-{}", uid(&claim));
+    eventually("the PV", async || {
+        h.volumes().get_opt(&pv_name).await.unwrap()
+    })
+    .await;
+
+    let times: Vec<Instant> = h.driver.creates().iter().map(|(t, _)| *t).collect();
+    assert_eq!(times.len(), 4);
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    // start, 2×start, 4×start (the claim does not change meanwhile, so nothing retries early).
+    for (gap, factor) in gaps.iter().zip([1, 2, 4]) {
+        assert!(*gap >= START * factor, "{gaps:?}");
+    }
+    let failed = eventually("aggregated ProvisioningFailed", async || {
+        let events = h.events("ProvisioningFailed").await;
+        (events.len() == 1 && events[0].count == Some(3)).then_some(events)
+    })
+    .await;
+    assert_eq!(
+        failed[0].message.as_deref(),
+        Some("rpc error: code = Internal desc = backend busy")
+    );
+    assert_eq!(failed[0].type_.as_deref(), Some("Warning"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_argument_is_retried_only_after_the_slow_window() {
+    let h = Harness::start(false).await;
+    h.driver
+        .fail_next([CsiError::status(Code::InvalidArgument, "bad parameter")]);
+    let claim = h.create_claim("data").await;
+    let pv_name = format!("pvc-{}", uid(&claim));
+    let failed = eventually("the infeasible event", async || {
+        let events = h.events("ProvisioningFailed").await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(
+        failed[0].message.as_deref(),
+        Some(
+            "Volume provisioning failed with infeasible error. Retries will be delayed. rpc error: code = InvalidArgument desc = bad parameter"
+        )
+    );
+    // A change to the claim does not bypass the window.
+    let mut changed = h.claims().get("data").await.unwrap();
+    changed.metadata.labels = Some(BTreeMap::from([("touched".into(), "yes".into())]));
+    h.claims()
+        .replace("data", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+
+    eventually("the PV", async || {
+        h.volumes().get_opt(&pv_name).await.unwrap()
+    })
+    .await;
+    let times: Vec<Instant> = h.driver.creates().iter().map(|(t, _)| *t).collect();
+    assert_eq!(times.len(), 2, "exactly one retry");
+    assert!(
+        times[1] - times[0] >= MAX,
+        "retried after {:?}",
+        times[1] - times[0]
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_claim_deleted_during_a_timed_out_create_does_not_leak_its_volume() {
+    let h = Harness::start(false).await;
+    // Timeouts keep the claim in progress long enough (40+80+160+320 ms) for the deletion to
+    // land before the driver finally answers.
+    h.driver
+        .fail_next((0..4).map(|_| CsiError::status(Code::DeadlineExceeded, "timeout")));
+    let claim = h.create_claim("data").await;
+    let pv_name = format!("pvc-{}", uid(&claim));
+    eventually("the first CreateVolume", async || {
+        (!h.driver.creates().is_empty()).then_some(())
+    })
+    .await;
+    h.delete_claim("data").await;
+
+    eventually("the cleanup DeleteVolume", async || {
+        (!h.driver.deletes().is_empty()).then_some(())
+    })
+    .await;
+    let creates = h.driver.creates();
+    assert!(
+        creates.len() >= 2,
+        "the create was finished after the claim was deleted"
+    );
+    assert!(
+        creates.iter().all(|(_, r)| r.name == pv_name),
+        "same name every time"
+    );
+    assert_eq!(h.driver.deletes()[0].volume_id, format!("vol-{pv_name}"));
+    assert!(h.driver.volumes().is_empty());
+    tokio::time::sleep(MAX).await;
+    assert!(
+        h.volumes().get_opt(&pv_name).await.unwrap().is_none(),
+        "no PV for a deleted claim"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_claim_deleted_while_create_volume_is_in_flight_does_not_leak_its_volume() {
+    let h = Harness::start(false).await;
+    let release = h.driver.hold_creates();
+    let claim = h.create_claim("data").await;
+    let pv_name = format!("pvc-{}", uid(&claim));
+    eventually("the CreateVolume in flight", async || {
+        (!h.driver.creates().is_empty()).then_some(())
+    })
+    .await;
+    h.delete_claim("data").await;
+    eventually("the claim gone from the API", async || {
+        h.claims()
+            .get_opt("data")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // Give the informer a moment to see the deletion before the driver answers.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    release.notify_one();
+
+    eventually("the cleanup DeleteVolume", async || {
+        (!h.driver.deletes().is_empty()).then_some(())
+    })
+    .await;
+    assert!(h.driver.volumes().is_empty());
+    assert_eq!(
+        h.driver.creates().len(),
+        1,
+        "the create that succeeded is not repeated"
+    );
+    tokio::time::sleep(MAX).await;
+    assert!(h.volumes().get_opt(&pv_name).await.unwrap().is_none());
+    h.stop().await;
+}
+
+fn released_pv(name: &str, reclaim: &str, finalizers: &[&str]) -> PersistentVolume {
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            annotations: Some(BTreeMap::from([
+                ("pv.kubernetes.io/provisioned-by".into(), DRIVER.into()),
+                (
+                    "volume.kubernetes.io/provisioner-deletion-secret-name".into(),
+                    String::new(),
+                ),
+                (
+                    "volume.kubernetes.io/provisioner-deletion-secret-namespace".into(),
+                    String::new(),
+                ),
+            ])),
+            finalizers: Some(finalizers.iter().map(|f| (*f).to_owned()).collect()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            capacity: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            persistent_volume_reclaim_policy: Some(reclaim.into()),
+            storage_class_name: Some("fast".into()),
+            claim_ref: Some(ObjectReference {
+                name: Some("gone".into()),
+                namespace: Some("default".into()),
+                uid: Some("0000".into()),
+                ..ObjectReference::default()
+            }),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: DRIVER.into(),
+                volume_handle: format!("vol-{name}"),
+                ..CSIPersistentVolumeSource::default()
+            }),
+            ..PersistentVolumeSpec::default()
+        }),
+        status: Some(PersistentVolumeStatus {
+            phase: Some("Released".into()),
+            ..PersistentVolumeStatus::default()
+        }),
+    }
+}
+
+#[tokio::test]
+async fn a_released_delete_volume_is_deleted_with_its_pv() {
+    let h = Harness::start(false).await;
+    h.server
+        .put_object(&released_pv(
+            "pvc-1",
+            "Delete",
+            &[crate::decide::PV_FINALIZER],
+        ))
+        .unwrap();
+    eventually("the PV gone", async || {
+        h.volumes()
+            .get_opt("pvc-1")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let deletes = h.driver.deletes();
+    assert_eq!(deletes.len(), 1);
+    assert_eq!(deletes[0].volume_id, "vol-pvc-1");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_retained_volume_never_reaches_the_driver_and_loses_our_finalizer() {
+    let h = Harness::start(false).await;
+    h.server
+        .put_object(&released_pv(
+            "pvc-1",
+            "Retain",
+            &[crate::decide::PV_FINALIZER],
+        ))
+        .unwrap();
+    eventually("our finalizer removed", async || {
+        let pv = h.volumes().get("pvc-1").await.unwrap();
+        pv.metadata
+            .finalizers
+            .unwrap_or_default()
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(MAX).await;
+    assert!(h.driver.deletes().is_empty());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
+    let h = Harness::start(true).await;
+    let attachment = VolumeAttachment {
+        metadata: ObjectMeta {
+            name: Some("csi-1".into()),
+            ..ObjectMeta::default()
+        },
+        spec: VolumeAttachmentSpec {
+            attacher: DRIVER.into(),
+            node_name: "node-1".into(),
+            source: VolumeAttachmentSource {
+                persistent_volume_name: Some("pvc-1".into()),
+                ..VolumeAttachmentSource::default()
+            },
+        },
+        status: None,
+    };
+    let attachments: Api<VolumeAttachment> = Api::all(h.client.clone());
+    attachments
+        .create(&PostParams::default(), &attachment)
+        .await
+        .unwrap();
+    h.server
+        .put_object(&released_pv(
+            "pvc-1",
+            "Delete",
+            &[crate::decide::PV_FINALIZER],
+        ))
+        .unwrap();
+    let blocked = eventually("VolumeFailedDelete", async || {
+        let events = h.events("VolumeFailedDelete").await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(
+        blocked[0].message.as_deref(),
+        Some("persistentvolume pvc-1 is still attached to node node-1")
+    );
+    assert_eq!(blocked[0].metadata.namespace.as_deref(), Some("default"));
+    assert!(h.driver.deletes().is_empty());
+
+    attachments
+        .delete("csi-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the PV gone", async || {
+        h.volumes()
+            .get_opt("pvc-1")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(h.driver.deletes().len(), 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_pv_that_cannot_be_saved_is_retried_without_a_second_volume() {
+    let h = Harness::start(false).await;
+    h.server
+        .faults()
+        .fail("create", "persistentvolumes", 500, 3);
+    let claim = h.create_claim("data").await;
+    let pv_name = format!("pvc-{}", uid(&claim));
+    eventually("the PV", async || {
+        h.volumes().get_opt(&pv_name).await.unwrap()
+    })
+    .await;
+    assert_eq!(
+        h.driver.creates().len(),
+        1,
+        "the volume is not created again"
+    );
+    eventually("ProvisioningSucceeded", async || {
+        (!h.events("ProvisioningSucceeded").await.is_empty()).then_some(())
+    })
+    .await;
+    h.stop().await;
+}

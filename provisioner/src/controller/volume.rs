@@ -1,0 +1,232 @@
+//! The volume controller: one `volumes` work item = one PV (spec §5). Keeps our finalizer on
+//! Bound Delete-policy PVs, removes it from Retain/Recycle ones, and for a Released PV with
+//! reclaim policy Delete calls DeleteVolume, deletes the PV object and then removes the
+//! finalizer, exactly as the Go provisioner does (DELETE, then a strategic-merge PATCH with
+//! `$deleteFromPrimitiveList/finalizers`).
+//!
+//! A PV that any VolumeAttachment still points at is not deleted yet (`VolumeFailedDelete`
+//! "persistentvolume X is still attached to node Y"); the deletion is retried when the
+//! attachment goes away or after the backoff.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use proto::csi::v1::DeleteVolumeRequest;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::csi::VolumeDriver;
+use crate::decide::{PV_FINALIZER, VolumeStep, decide_volume, pv_class_name, volume_handle};
+use crate::events::{EventType, reference};
+use crate::secrets::deletion_secret;
+
+use super::claim::Outcome;
+use super::{Context, secrets};
+
+/// One `volumes` worker.
+pub(crate) async fn worker<D: VolumeDriver>(ctx: Arc<Context<D>>) {
+    while let Some(name) = ctx.volumes.get().await {
+        match sync(&ctx, &name).await {
+            Outcome::Done => ctx.volumes.forget(&name),
+            Outcome::Retry => {
+                ctx.volumes.add_rate_limited(name.clone());
+            }
+            Outcome::RetryAfter(delay) => ctx.volumes.add_after(name.clone(), delay),
+        }
+        ctx.volumes.done(&name);
+    }
+}
+
+/// One pass over PV `name`.
+pub(crate) async fn sync<D: VolumeDriver>(ctx: &Context<D>, name: &str) -> Outcome {
+    let Some(volume) = ctx.stores.volume(name) else {
+        return Outcome::Done;
+    };
+    if volume
+        .metadata
+        .uid
+        .as_deref()
+        .is_some_and(|uid| ctx.deleted.contains(uid))
+    {
+        return Outcome::Done;
+    }
+    match decide_volume(&ctx.options.driver_name, &volume) {
+        VolumeStep::Ignore | VolumeStep::Nothing => Outcome::Done,
+        VolumeStep::AddFinalizer => patch_or_retry(ctx, name, add_finalizer_patch(&volume)).await,
+        VolumeStep::RemoveFinalizer => {
+            patch_or_retry(ctx, name, remove_finalizer_patch(&volume)).await
+        }
+        VolumeStep::Delete => delete(ctx, &volume).await,
+    }
+}
+
+async fn patch_or_retry<D>(ctx: &Context<D>, name: &str, patch: serde_json::Value) -> Outcome {
+    match patch_volume(ctx, name, &patch).await {
+        Ok(()) => Outcome::Done,
+        Err(err) => {
+            tracing::warn!(
+                volume = name,
+                error = csi_common::logging::error_chain(&err),
+                "cannot update the volume's finalizers"
+            );
+            Outcome::Retry
+        }
+    }
+}
+
+/// Strategic-merge PATCH; a PV that is gone needs no finalizer change.
+async fn patch_volume<D>(
+    ctx: &Context<D>,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<(), kube::Error> {
+    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+fn finalizers(volume: &PersistentVolume) -> Vec<String> {
+    volume.metadata.finalizers.clone().unwrap_or_default()
+}
+
+/// What client-go's `CreateTwoWayMergePatch` produces for appending our finalizer.
+pub(crate) fn add_finalizer_patch(volume: &PersistentVolume) -> serde_json::Value {
+    let mut order = finalizers(volume);
+    order.push(PV_FINALIZER.to_owned());
+    json!({"metadata": {"$setElementOrder/finalizers": order, "finalizers": [PV_FINALIZER]}})
+}
+
+/// What the Go provisioner sends to remove our finalizer (fixtures:
+/// `{"metadata":{"$deleteFromPrimitiveList/finalizers":[ours],"$setElementOrder/finalizers":[rest]}}`).
+pub(crate) fn remove_finalizer_patch(volume: &PersistentVolume) -> serde_json::Value {
+    let rest: Vec<String> = finalizers(volume)
+        .into_iter()
+        .filter(|f| f != PV_FINALIZER)
+        .collect();
+    json!({"metadata": {
+        "$deleteFromPrimitiveList/finalizers": [PV_FINALIZER],
+        "$setElementOrder/finalizers": rest,
+    }})
+}
+
+/// DeleteVolume, then delete the PV object, then drop our finalizer (spec §5 steps 4-5).
+async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) -> Outcome {
+    let started = Instant::now();
+    let name = volume.metadata.name.clone().unwrap_or_default();
+    let class = pv_class_name(volume);
+    let failed = |message: String| {
+        tracing::warn!(volume = %name, error = %message, "deletion failed");
+        ctx.recorder.event(
+            &reference(volume),
+            EventType::Warning,
+            "VolumeFailedDelete",
+            message,
+        );
+        ctx.metrics.delete_failed(&class);
+        Outcome::Retry
+    };
+
+    let volume_id = match volume_handle(volume) {
+        Ok(id) => id.to_owned(),
+        Err(err) => return failed(err.event_message()),
+    };
+    if let Some(node) = ctx.stores.attached_node(&name) {
+        return failed(format!(
+            "persistentvolume {name} is still attached to node {node}"
+        ));
+    }
+    let class_object = ctx.stores.class(&class);
+    let secrets = match deletion_secret(volume, class_object.as_deref()) {
+        Ok(Some(secret)) => match secrets::fetch(&ctx.client, &secret).await {
+            Ok(data) => data,
+            Err(err) => {
+                // Upstream only logs this: the secret may be gone with its namespace.
+                tracing::warn!(volume = %name, error = csi_common::logging::error_chain(&err), "deleting without provisioner secret");
+                HashMap::default()
+            }
+        },
+        Ok(None) => HashMap::default(),
+        Err(err) => return failed(csi_common::logging::error_chain(&err)),
+    };
+
+    let request = DeleteVolumeRequest { volume_id, secrets };
+    if let Err(err) = ctx.driver.delete_volume(request).await {
+        return failed(err.to_string());
+    }
+    tracing::info!(volume = %name, "volume deleted");
+
+    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    match api.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(err) => {
+            tracing::warn!(volume = %name, error = csi_common::logging::error_chain(&err), "Failed to delete volume");
+            return Outcome::Retry;
+        }
+    }
+    // The object we hold may be older than the API's (e.g. the attacher removed its finalizer);
+    // the patch only names ours to delete, so a stale order list cannot drop another one.
+    let current = ctx.stores.volume(&name);
+    let patch = remove_finalizer_patch(current.as_deref().unwrap_or(volume));
+    if let Err(err) = patch_volume(ctx, &name, &patch).await {
+        tracing::warn!(volume = %name, error = csi_common::logging::error_chain(&err), "cannot remove the provisioner finalizer");
+        return Outcome::Retry;
+    }
+    // Events the DELETE and PATCH caused may still show the PV with our finalizer.
+    if let Some(uid) = &volume.metadata.uid {
+        ctx.deleted.insert(uid);
+    }
+    ctx.metrics.deleted(&class, started.elapsed());
+    Outcome::Done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pv(finalizers: &[&str]) -> PersistentVolume {
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some("pvc-1".into()),
+                finalizers: Some(finalizers.iter().map(|f| (*f).to_owned()).collect()),
+                ..ObjectMeta::default()
+            },
+            ..PersistentVolume::default()
+        }
+    }
+
+    #[test]
+    fn finalizer_removal_patch_matches_the_go_provisioner() {
+        let volume = pv(&[
+            "kubernetes.io/pv-protection",
+            PV_FINALIZER,
+            "external-attacher/hostpath-csi-k8s-io",
+        ]);
+        assert_eq!(
+            remove_finalizer_patch(&volume).to_string(),
+            r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":["external-provisioner.volume.kubernetes.io/finalizer"],"$setElementOrder/finalizers":["kubernetes.io/pv-protection","external-attacher/hostpath-csi-k8s-io"]}}"#
+        );
+    }
+
+    #[test]
+    fn finalizer_addition_patch_appends_ours() {
+        let volume = pv(&["kubernetes.io/pv-protection"]);
+        assert_eq!(
+            add_finalizer_patch(&volume),
+            json!({"metadata": {
+                "$setElementOrder/finalizers": ["kubernetes.io/pv-protection", PV_FINALIZER],
+                "finalizers": [PV_FINALIZER],
+            }})
+        );
+    }
+}

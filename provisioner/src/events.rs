@@ -1,0 +1,482 @@
+//! core/v1 Events with client-go's `EventCorrelator`, so a claim that fails for hours shows one
+//! Event with `count: 379` instead of 379 Events.
+//!
+//! [`EventRecorder::event`] never blocks the controllers: events go through a bounded channel
+//! (client-go's broadcaster drops events when its 1000-slot queue is full, so do we) to one
+//! writer task. The writer runs every event through the [`Correlator`]:
+//!
+//! * spam filter: per (source, object, type, reason, message) token bucket, burst 25, one token
+//!   per 5 minutes (client-go `EventSourceObjectSpamFilter`); events over it are dropped;
+//! * aggregation: more than 10 different messages for the same (source, object, type, reason)
+//!   within 10 minutes are folded into one Event whose message starts with
+//!   `(combined from similar events): ` (client-go `EventAggregator`);
+//! * deduplication: an Event identical to one already written (LRU of 4096 keys) is not
+//!   created again; the existing one gets a strategic-merge PATCH
+//!   `{"count":N,"lastTimestamp":...,"message":...}` (client-go `eventLogger`), exactly what the
+//!   Go provisioner sends (fixtures: traffic/go-sidecar-requests.txt).
+//!
+//! A PATCH of an Event that expired meanwhile (404) falls back to creating it, as client-go does.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// client-go `maxQueuedEvents`: events beyond this many waiting to be written are dropped.
+pub const QUEUE_LENGTH: usize = 1000;
+/// client-go `maxLruCacheEntries` of the dedup and aggregation caches.
+pub const CACHE_SIZE: usize = 4096;
+/// client-go `defaultAggregateMaxEvents`: distinct messages before aggregation kicks in.
+pub const AGGREGATE_MAX_EVENTS: usize = 10;
+/// client-go `defaultAggregateIntervalInSeconds`.
+pub const AGGREGATE_INTERVAL: Duration = Duration::from_mins(10);
+/// client-go `defaultSpamBurst`.
+pub const SPAM_BURST: f64 = 25.0;
+/// client-go `defaultSpamQPS`: one event per 5 minutes.
+pub const SPAM_QPS: f64 = 1.0 / 300.0;
+/// Prefix of an aggregated Event's message.
+pub const AGGREGATED_PREFIX: &str = "(combined from similar events): ";
+/// How often a failed write is tried (client-go tries 12 times, 10 s apart; with one writer
+/// task that would stall every other event for two minutes).
+const WRITE_ATTEMPTS: u32 = 3;
+const WRITE_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The Event `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// Something expected happened.
+    Normal,
+    /// Something went wrong.
+    Warning,
+}
+
+impl EventType {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Normal => "Normal",
+            Self::Warning => "Warning",
+        }
+    }
+}
+
+/// One event to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// The object it is about (kind, namespace, name, uid, apiVersion, resourceVersion).
+    pub object: ObjectReference,
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// Upstream's PascalCase reason (`ProvisioningFailed`, ...).
+    pub reason: &'static str,
+    /// Human-readable text.
+    pub message: String,
+}
+
+/// Cheap handle the controllers record events with.
+#[derive(Debug, Clone)]
+pub struct EventRecorder {
+    tx: mpsc::Sender<NewEvent>,
+}
+
+impl EventRecorder {
+    /// A recorder whose events are written with `client` as `source.component` /
+    /// `reportingComponent` `component`. Spawn the returned writer; it ends when every
+    /// recorder clone is dropped and the queue is drained.
+    pub fn new(client: Client, component: String) -> (Self, impl Future<Output = ()> + Send) {
+        let (tx, rx) = mpsc::channel(QUEUE_LENGTH);
+        (Self { tx }, write_events(client, component, rx))
+    }
+
+    /// A recorder that drops everything (tests of code paths that emit events).
+    pub fn discard() -> Self {
+        let (tx, _rx) = mpsc::channel(1);
+        Self { tx }
+    }
+
+    /// A recorder and the receiving end, for tests that assert on recorded events.
+    pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<NewEvent>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        (Self { tx }, rx)
+    }
+
+    /// Queues an event; drops it (with a log line) when the queue is full.
+    pub fn event(
+        &self,
+        object: &ObjectReference,
+        type_: EventType,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) {
+        let event = NewEvent {
+            object: object.clone(),
+            type_,
+            reason,
+            message: message.into(),
+        };
+        match self.tx.try_send(event) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(event)) => {
+                tracing::warn!(reason = event.reason, message = %event.message, "event queue full, dropping event");
+            }
+        }
+    }
+}
+
+/// What to send to the API server for one event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// POST this new Event.
+    Create(Box<Event>),
+    /// PATCH the existing Event `namespace/name`; fall back to creating `fallback` on 404.
+    Patch {
+        /// Namespace of the existing Event.
+        namespace: String,
+        /// Name of the existing Event.
+        name: String,
+        /// The strategic-merge patch body.
+        patch: serde_json::Value,
+        /// The full Event to create if the existing one is gone.
+        fallback: Box<Event>,
+    },
+    /// Dropped by the spam filter.
+    Drop,
+}
+
+/// What the dedup cache remembers about a written Event.
+#[derive(Debug, Clone)]
+struct Seen {
+    name: String,
+    namespace: String,
+    count: i32,
+    first_timestamp: Timestamp,
+    last_used: u64,
+}
+
+#[derive(Debug)]
+struct Aggregate {
+    messages: HashSet<String>,
+    last: Instant,
+    last_used: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+    last_used: u64,
+}
+
+/// client-go's `EventCorrelator` for one event source.
+#[derive(Debug)]
+pub struct Correlator {
+    component: String,
+    seen: HashMap<String, Seen>,
+    aggregates: HashMap<String, Aggregate>,
+    spam: HashMap<String, Bucket>,
+    tick: u64,
+}
+
+impl Correlator {
+    /// A correlator for Events with `source.component` = `component`.
+    pub fn new(component: String) -> Self {
+        Self {
+            component,
+            seen: HashMap::new(),
+            aggregates: HashMap::new(),
+            spam: HashMap::new(),
+            tick: 0,
+        }
+    }
+
+    /// Decides what to write for `event` observed at `now` (wall clock, for timestamps) /
+    /// `instant` (monotonic, for windows and buckets).
+    pub fn correlate(&mut self, event: &NewEvent, now: Timestamp, instant: Instant) -> Action {
+        self.tick += 1;
+        let tick = self.tick;
+        let object = object_key(&event.object);
+        let type_ = event.type_.as_str();
+
+        let spam_key = format!(
+            "{}\u{0}{object}\u{0}{type_}\u{0}{}\u{0}{}",
+            self.component, event.reason, event.message
+        );
+        if !self.take_token(spam_key, instant, tick) {
+            return Action::Drop;
+        }
+
+        let aggregate_key = format!(
+            "{}\u{0}{object}\u{0}{type_}\u{0}{}",
+            self.component, event.reason
+        );
+        let aggregate = self
+            .aggregates
+            .entry(aggregate_key.clone())
+            .or_insert_with(|| Aggregate {
+                messages: HashSet::new(),
+                last: instant,
+                last_used: tick,
+            });
+        if instant.saturating_duration_since(aggregate.last) > AGGREGATE_INTERVAL {
+            aggregate.messages.clear();
+        }
+        aggregate.last = instant;
+        aggregate.last_used = tick;
+        aggregate.messages.insert(event.message.clone());
+        let (dedup_key, message) = if aggregate.messages.len() < AGGREGATE_MAX_EVENTS {
+            (
+                format!("{aggregate_key}\u{0}{}", event.message),
+                event.message.clone(),
+            )
+        } else {
+            (
+                aggregate_key,
+                format!("{AGGREGATED_PREFIX}{}", event.message),
+            )
+        };
+        evict_oldest(&mut self.aggregates, |a| a.last_used);
+
+        // The name keeps nanoseconds (two events in one second must not collide); the
+        // timestamps are whole seconds as metav1.Time serializes them.
+        let name_nanos = now_nanos(now);
+        let now = truncate_to_seconds(now);
+        let namespace = event
+            .object
+            .namespace
+            .clone()
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| "default".to_owned());
+        if let Some(seen) = self.seen.get_mut(&dedup_key) {
+            seen.count += 1;
+            seen.last_used = tick;
+            let fallback = build(
+                &self.component,
+                event,
+                &message,
+                (&seen.name, &seen.namespace),
+                seen.count,
+                (seen.first_timestamp, now),
+            );
+            return Action::Patch {
+                namespace: seen.namespace.clone(),
+                name: seen.name.clone(),
+                patch: serde_json::json!({
+                    "count": seen.count,
+                    "lastTimestamp": Time(now),
+                    "message": message,
+                }),
+                fallback: Box::new(fallback),
+            };
+        }
+        let name = format!(
+            "{}.{:x}",
+            event.object.name.as_deref().unwrap_or_default(),
+            name_nanos
+        );
+        let created = build(
+            &self.component,
+            event,
+            &message,
+            (&name, &namespace),
+            1,
+            (now, now),
+        );
+        self.seen.insert(
+            dedup_key,
+            Seen {
+                name,
+                namespace,
+                count: 1,
+                first_timestamp: now,
+                last_used: tick,
+            },
+        );
+        evict_oldest(&mut self.seen, |s| s.last_used);
+        Action::Create(Box::new(created))
+    }
+
+    fn take_token(&mut self, key: String, instant: Instant, tick: u64) -> bool {
+        let bucket = self.spam.entry(key).or_insert(Bucket {
+            tokens: SPAM_BURST,
+            last: instant,
+            last_used: tick,
+        });
+        let refill = instant.saturating_duration_since(bucket.last).as_secs_f64() * SPAM_QPS;
+        bucket.tokens = (bucket.tokens + refill).min(SPAM_BURST);
+        bucket.last = instant;
+        bucket.last_used = tick;
+        let allowed = bucket.tokens >= 1.0;
+        if allowed {
+            bucket.tokens -= 1.0;
+        }
+        evict_oldest(&mut self.spam, |b| b.last_used);
+        allowed
+    }
+}
+
+/// One Event as client-go writes it: `(name, namespace)` of the Event, `(first, last)`
+/// timestamps.
+fn build(
+    component: &str,
+    event: &NewEvent,
+    message: &str,
+    (name, namespace): (&str, &str),
+    count: i32,
+    (first, last): (Timestamp, Timestamp),
+) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..ObjectMeta::default()
+        },
+        involved_object: event.object.clone(),
+        reason: Some(event.reason.to_owned()),
+        message: Some(message.to_owned()),
+        source: Some(EventSource {
+            component: Some(component.to_owned()),
+            host: None,
+        }),
+        first_timestamp: Some(Time(first)),
+        last_timestamp: Some(Time(last)),
+        count: Some(count),
+        type_: Some(event.type_.as_str().to_owned()),
+        reporting_component: Some(component.to_owned()),
+        reporting_instance: Some(String::new()),
+        ..Event::default()
+    }
+}
+
+/// Keeps a cache at [`CACHE_SIZE`] entries by dropping the least recently used one.
+fn evict_oldest<V>(map: &mut HashMap<String, V>, last_used: impl Fn(&V) -> u64) {
+    if map.len() <= CACHE_SIZE {
+        return;
+    }
+    if let Some(oldest) = map
+        .iter()
+        .min_by_key(|(_, v)| last_used(v))
+        .map(|(k, _)| k.clone())
+    {
+        map.remove(&oldest);
+    }
+}
+
+fn object_key(object: &ObjectReference) -> String {
+    let field = |v: &Option<String>| v.clone().unwrap_or_default();
+    [
+        field(&object.kind),
+        field(&object.namespace),
+        field(&object.name),
+        field(&object.uid),
+        field(&object.api_version),
+    ]
+    .join("\u{0}")
+}
+
+fn truncate_to_seconds(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
+fn now_nanos(t: Timestamp) -> u128 {
+    u128::try_from(t.as_nanosecond()).unwrap_or_default()
+}
+
+/// The writer task: correlates and writes events one at a time until every sender is gone.
+async fn write_events(client: Client, component: String, mut rx: mpsc::Receiver<NewEvent>) {
+    let mut correlator = Correlator::new(component);
+    while let Some(event) = rx.recv().await {
+        let action = correlator.correlate(&event, Timestamp::now(), Instant::now());
+        write(&client, action).await;
+    }
+}
+
+async fn write(client: &Client, action: Action) {
+    match action {
+        Action::Drop => {}
+        Action::Create(event) => create(client, *event).await,
+        Action::Patch {
+            namespace,
+            name,
+            patch,
+            fallback,
+        } => {
+            let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
+            for attempt in 1..=WRITE_ATTEMPTS {
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                    .await
+                {
+                    Ok(_) => return,
+                    Err(kube::Error::Api(status)) if status.code == 404 => {
+                        create(client, *fallback).await;
+                        return;
+                    }
+                    Err(err) if attempt < WRITE_ATTEMPTS && retryable(&err) => {
+                        tokio::time::sleep(WRITE_RETRY_DELAY).await;
+                    }
+                    Err(err) => {
+                        tracing::warn!(event = %name, error = %csi_common::logging::error_chain(&err), "cannot update event");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn create(client: &Client, event: Event) {
+    let namespace = event.metadata.namespace.clone().unwrap_or_default();
+    let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
+    for attempt in 1..=WRITE_ATTEMPTS {
+        match api.create(&PostParams::default(), &event).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(status)) if status.code == 409 => return,
+            Err(err) if attempt < WRITE_ATTEMPTS && retryable(&err) => {
+                tokio::time::sleep(WRITE_RETRY_DELAY).await;
+            }
+            Err(err) => {
+                tracing::warn!(
+                    reason = event.reason.as_deref().unwrap_or_default(),
+                    error = %csi_common::logging::error_chain(&err),
+                    "cannot write event"
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// Server errors, throttling and transport failures are worth another try; other 4xx are not.
+fn retryable(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        _ => true,
+    }
+}
+
+/// A reference to `object` for an Event's `involvedObject`, as client-go's `reference.GetReference`
+/// builds it (kind, namespace, name, uid, apiVersion, resourceVersion).
+pub fn reference<K>(object: &K) -> ObjectReference
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let meta = object.meta();
+    ObjectReference {
+        api_version: Some(K::api_version(&()).into_owned()),
+        kind: Some(K::kind(&()).into_owned()),
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        resource_version: meta.resource_version.clone(),
+        uid: meta.uid.clone(),
+        field_path: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,132 @@
+//! The `csi-provisioner` binary: parse flags, set up logging and the runtime, read the process
+//! environment, run, and turn the outcome into upstream's exit codes.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use csi_common::leader;
+use provisioner::args::{Args, Config};
+use provisioner::{Environment, RunError};
+
+/// Where kubelet reads a container's last words (upstream writes the lost-connection message here).
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
+fn main() -> ExitCode {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let args: Args = match csi_common::flags::parse(argv.iter().cloned()) {
+        Ok(args) => args,
+        // Usage errors exit 2 and --help exits 0, like pflag's ExitOnError.
+        Err(err) => err.exit(),
+    };
+    if args.common.version {
+        let argv0 = argv.first().map_or_else(
+            || "csi-provisioner".into(),
+            |a| a.to_string_lossy().into_owned(),
+        );
+        #[allow(
+            clippy::print_stdout,
+            reason = "--version prints to stdout like upstream"
+        )]
+        {
+            println!("{argv0} v{}", env!("CARGO_PKG_VERSION"));
+        }
+        return ExitCode::SUCCESS;
+    }
+    let _logging = match csi_common::logging::init(&args.common.logging) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("{}", csi_common::logging::error_chain(&err));
+            return ExitCode::from(1);
+        }
+    };
+    let automaxprocs = args.common.logging.automaxprocs;
+    let config = match Config::try_from(args) {
+        Ok(config) => config,
+        Err(err) => {
+            tracing::error!("{err}");
+            return ExitCode::from(err.exit_code());
+        }
+    };
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        "csi-provisioner starting"
+    );
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+    let environment = environment(
+        config
+            .leader_election
+            .as_ref()
+            .map(|le| le.namespace.as_str()),
+    );
+
+    let available = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let threads = csi_common::runtime::worker_threads(
+        automaxprocs,
+        std::path::Path::new(csi_common::runtime::DEFAULT_CGROUP_ROOT),
+        available,
+    );
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot start the async runtime");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async {
+        let signals = match csi_common::shutdown::signals() {
+            Ok(signals) => signals,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot install signal handlers");
+                return ExitCode::from(1);
+            }
+        };
+        let shutdown = async move {
+            let signal = signals.await;
+            tracing::info!(%signal, "shutting down");
+        };
+        match provisioner::run(config, environment, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                tracing::error!(
+                    error = csi_common::logging::error_chain(&err),
+                    "csi-provisioner failed"
+                );
+                if matches!(err, RunError::ConnectionLost) {
+                    // Best effort, as upstream: the file only exists inside a container.
+                    let _ =
+                        std::fs::write(TERMINATION_LOG, "Lost connection to CSI driver, exiting");
+                }
+                ExitCode::from(err.exit_code())
+            }
+        }
+    })
+}
+
+/// Everything `run` needs from the process environment, read once here (the library never
+/// reads the environment itself).
+fn environment(leader_election_namespace: Option<&str>) -> Environment {
+    let var = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
+    // Go's os.Hostname reads the kernel's host name; HOSTNAME is only a fallback.
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| var("HOSTNAME"))
+        .unwrap_or_else(|| "localhost".to_owned());
+    let lease_namespace = leader::namespace_from(
+        leader_election_namespace,
+        &|key| std::env::var(key).ok(),
+        &|path| std::fs::read_to_string(path).ok(),
+    );
+    Environment {
+        hostname,
+        kubeconfig_env: var("KUBECONFIG").map(PathBuf::from),
+        lease_namespace,
+    }
+}

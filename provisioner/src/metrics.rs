@@ -1,0 +1,398 @@
+//! The provisioner's own metric families: the provisioning library's `controller_*` counters and
+//! histograms and component-base's `workqueue_*` families, with upstream's names, HELP texts,
+//! labels and buckets (dashboards and alerts match on them). They are registered in the one
+//! registry of [`csi_common::metrics::CsiMetrics`], next to `csi_sidecar_operations_seconds`.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{
+    GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
+};
+
+/// Registration failed: a family was registered twice (a programming error).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot register provisioner metrics")]
+pub struct Error(#[source] prometheus::Error);
+
+/// Result type of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Prometheus' default buckets (client_golang `DefBuckets`), used by the lib's histograms.
+const DEFAULT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// `ExponentialBuckets(10e-9, 10, 10)` of component-base's workqueue metrics.
+const WORKQUEUE_BUCKETS: [f64; 10] = [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
+
+/// The `controller_*` families of sig-storage-lib-external-provisioner.
+#[derive(Clone, Debug)]
+pub struct ControllerMetrics {
+    provision_total: IntCounterVec,
+    provision_failed_total: IntCounterVec,
+    provision_duration: HistogramVec,
+    delete_total: IntCounterVec,
+    delete_failed_total: IntCounterVec,
+    delete_duration: HistogramVec,
+}
+
+impl ControllerMetrics {
+    /// Creates the families and registers them in `registry`.
+    ///
+    /// # Errors
+    /// If a family of the same name is already registered.
+    pub fn register(registry: &Registry) -> Result<Self> {
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            IntCounterVec::new(Opts::new(name, help), labels).map_err(Error)
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str]| {
+            HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(DEFAULT_BUCKETS.to_vec()),
+                labels,
+            )
+            .map_err(Error)
+        };
+        let metrics = Self {
+            provision_total: counter(
+                "controller_persistentvolumeclaim_provision_total",
+                "Total number of persistent volumes provisioned succesfully. Broken down by storage class name and source of the claim.",
+                &["class", "source"],
+            )?,
+            provision_failed_total: counter(
+                "controller_persistentvolumeclaim_provision_failed_total",
+                "Total number of persistent volume provision failed attempts. Broken down by storage class name and source of the claim.",
+                &["class", "source"],
+            )?,
+            provision_duration: histogram(
+                "controller_persistentvolumeclaim_provision_duration_seconds",
+                "Latency in seconds to provision persistent volumes. Failed provisioning attempts are ignored. Broken down by storage class name and source of the claim.",
+                &["class", "source"],
+            )?,
+            delete_total: counter(
+                "controller_persistentvolume_delete_total",
+                "Total number of persistent volumes deleted succesfully. Broken down by storage class name.",
+                &["class"],
+            )?,
+            delete_failed_total: counter(
+                "controller_persistentvolume_delete_failed_total",
+                "Total number of persistent volume delete failed attempts. Broken down by storage class name.",
+                &["class"],
+            )?,
+            delete_duration: histogram(
+                "controller_persistentvolume_delete_duration_seconds",
+                "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name.",
+                &["class"],
+            )?,
+        };
+        for collector in [
+            Box::new(metrics.provision_total.clone()) as Box<dyn Collector>,
+            Box::new(metrics.provision_failed_total.clone()),
+            Box::new(metrics.provision_duration.clone()),
+            Box::new(metrics.delete_total.clone()),
+            Box::new(metrics.delete_failed_total.clone()),
+            Box::new(metrics.delete_duration.clone()),
+        ] {
+            registry.register(collector).map_err(Error)?;
+        }
+        Ok(metrics)
+    }
+
+    /// One successful provisioning attempt that took `elapsed`.
+    pub fn provisioned(&self, class: &str, source: &str, elapsed: Duration) {
+        self.provision_total
+            .with_label_values(&[class, source])
+            .inc();
+        self.provision_duration
+            .with_label_values(&[class, source])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// One failed provisioning attempt (upstream counts every attempt that returned an error).
+    pub fn provision_failed(&self, class: &str, source: &str) {
+        self.provision_failed_total
+            .with_label_values(&[class, source])
+            .inc();
+    }
+
+    /// One successful deletion that took `elapsed`.
+    pub fn deleted(&self, class: &str, elapsed: Duration) {
+        self.delete_total.with_label_values(&[class]).inc();
+        self.delete_duration
+            .with_label_values(&[class])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// One failed deletion attempt.
+    pub fn delete_failed(&self, class: &str) {
+        self.delete_failed_total.with_label_values(&[class]).inc();
+    }
+}
+
+/// Reports (unfinished seconds, longest running seconds) of one queue at scrape time.
+pub type ProcessingProbe = Arc<dyn Fn() -> (f64, f64) + Send + Sync>;
+
+/// component-base's `workqueue_*` families, one label `name` per queue.
+#[derive(Clone, Debug)]
+pub struct WorkQueueMetrics {
+    depth: IntGaugeVec,
+    adds: IntCounterVec,
+    queue_duration: HistogramVec,
+    work_duration: HistogramVec,
+    retries: IntCounterVec,
+    processing: Arc<ProcessingCollector>,
+}
+
+impl WorkQueueMetrics {
+    /// Creates the families and registers them in `registry`.
+    ///
+    /// # Errors
+    /// If a family of the same name is already registered.
+    pub fn register(registry: &Registry) -> Result<Self> {
+        let buckets = || WORKQUEUE_BUCKETS.to_vec();
+        let metrics = Self {
+            depth: IntGaugeVec::new(
+                Opts::new("workqueue_depth", "[BETA] Current depth of workqueue"),
+                &["name"],
+            )
+            .map_err(Error)?,
+            adds: IntCounterVec::new(
+                Opts::new(
+                    "workqueue_adds_total",
+                    "[BETA] Total number of adds handled by workqueue",
+                ),
+                &["name"],
+            )
+            .map_err(Error)?,
+            queue_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "workqueue_queue_duration_seconds",
+                    "[BETA] How long in seconds an item stays in workqueue before being requested.",
+                )
+                .buckets(buckets()),
+                &["name"],
+            )
+            .map_err(Error)?,
+            work_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "workqueue_work_duration_seconds",
+                    "[BETA] How long in seconds processing an item from workqueue takes.",
+                )
+                .buckets(buckets()),
+                &["name"],
+            )
+            .map_err(Error)?,
+            retries: IntCounterVec::new(
+                Opts::new(
+                    "workqueue_retries_total",
+                    "[BETA] Total number of retries handled by workqueue",
+                ),
+                &["name"],
+            )
+            .map_err(Error)?,
+            processing: Arc::new(ProcessingCollector::new()?),
+        };
+        for collector in [
+            Box::new(metrics.depth.clone()) as Box<dyn Collector>,
+            Box::new(metrics.adds.clone()),
+            Box::new(metrics.queue_duration.clone()),
+            Box::new(metrics.work_duration.clone()),
+            Box::new(metrics.retries.clone()),
+            Box::new(SharedCollector(Arc::clone(&metrics.processing))),
+        ] {
+            registry.register(collector).map_err(Error)?;
+        }
+        Ok(metrics)
+    }
+
+    /// The series of one queue.
+    pub fn queue(&self, name: &str) -> QueueMetrics {
+        QueueMetrics {
+            depth: self.depth.with_label_values(&[name]),
+            adds: self.adds.with_label_values(&[name]),
+            queue_duration: self.queue_duration.with_label_values(&[name]),
+            work_duration: self.work_duration.with_label_values(&[name]),
+            retries: self.retries.with_label_values(&[name]),
+        }
+    }
+
+    /// Reports queue `name`'s in-progress gauges from `probe` at scrape time (client-go
+    /// refreshes them every 500 ms; computing them when scraped needs no timer while idle).
+    pub fn observe_processing(&self, name: &str, probe: ProcessingProbe) {
+        self.processing.add(name, probe);
+    }
+}
+
+/// The series of one named queue.
+#[derive(Clone, Debug)]
+pub struct QueueMetrics {
+    /// `workqueue_depth`.
+    pub depth: IntGauge,
+    /// `workqueue_adds_total`.
+    pub adds: IntCounter,
+    /// `workqueue_queue_duration_seconds`.
+    pub queue_duration: Histogram,
+    /// `workqueue_work_duration_seconds`.
+    pub work_duration: Histogram,
+    /// `workqueue_retries_total`.
+    pub retries: IntCounter,
+}
+
+impl QueueMetrics {
+    /// Series that are not registered anywhere (unit tests of the queue).
+    pub fn unregistered(name: &str) -> Self {
+        let metrics = WorkQueueMetrics::register(&Registry::new())
+            .unwrap_or_else(|_| unreachable!("a fresh registry has no families yet"));
+        metrics.queue(name)
+    }
+}
+
+/// `workqueue_unfinished_work_seconds` and `workqueue_longest_running_processor_seconds`,
+/// computed from each queue's in-progress items when scraped.
+struct ProcessingCollector {
+    unfinished: GaugeVec,
+    longest: GaugeVec,
+    probes: Mutex<Vec<(String, ProcessingProbe)>>,
+}
+
+impl std::fmt::Debug for ProcessingCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessingCollector")
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProcessingCollector {
+    fn new() -> Result<Self> {
+        Ok(Self {
+            unfinished: GaugeVec::new(
+                Opts::new(
+                    "workqueue_unfinished_work_seconds",
+                    "[BETA] How many seconds of work has done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+                ),
+                &["name"],
+            )
+            .map_err(Error)?,
+            longest: GaugeVec::new(
+                Opts::new(
+                    "workqueue_longest_running_processor_seconds",
+                    "[BETA] How many seconds has the longest running processor for workqueue been running.",
+                ),
+                &["name"],
+            )
+            .map_err(Error)?,
+            probes: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn add(&self, name: &str, probe: ProcessingProbe) {
+        self.unfinished.with_label_values(&[name]).set(0.0);
+        self.longest.with_label_values(&[name]).set(0.0);
+        self.probes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((name.to_owned(), probe));
+    }
+}
+
+/// Registers the shared collector (the registry wants an owned box).
+struct SharedCollector(Arc<ProcessingCollector>);
+
+impl Collector for SharedCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        let mut descs = self.0.unfinished.desc();
+        descs.extend(self.0.longest.desc());
+        descs
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let probes = self
+            .0
+            .probes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for (name, probe) in probes {
+            let (unfinished, longest) = probe();
+            self.0
+                .unfinished
+                .with_label_values(&[&name])
+                .set(unfinished);
+            self.0.longest.with_label_values(&[&name]).set(longest);
+        }
+        let mut families = self.0.unfinished.collect();
+        families.extend(self.0.longest.collect());
+        families
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus::{Encoder, TextEncoder};
+
+    fn render(registry: &Registry) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&registry.gather(), &mut out)
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn controller_families_carry_upstream_names_help_and_labels() {
+        let registry = Registry::new();
+        let metrics = ControllerMetrics::register(&registry).unwrap();
+        metrics.provisioned("fast", "", Duration::from_millis(20));
+        metrics.provision_failed("fast", "");
+        metrics.deleted("fast", Duration::from_millis(30));
+        metrics.delete_failed("fast");
+        let text = render(&registry);
+        for line in [
+            "# HELP controller_persistentvolumeclaim_provision_total Total number of persistent volumes provisioned succesfully. Broken down by storage class name and source of the claim.",
+            "controller_persistentvolumeclaim_provision_total{class=\"fast\",source=\"\"} 1",
+            "controller_persistentvolumeclaim_provision_failed_total{class=\"fast\",source=\"\"} 1",
+            "controller_persistentvolumeclaim_provision_duration_seconds_bucket{class=\"fast\",source=\"\",le=\"0.025\"} 1",
+            "controller_persistentvolumeclaim_provision_duration_seconds_bucket{class=\"fast\",source=\"\",le=\"0.01\"} 0",
+            "# HELP controller_persistentvolume_delete_failed_total Total number of persistent volume delete failed attempts. Broken down by storage class name.",
+            "controller_persistentvolume_delete_total{class=\"fast\"} 1",
+            "controller_persistentvolume_delete_failed_total{class=\"fast\"} 1",
+            "controller_persistentvolume_delete_duration_seconds_bucket{class=\"fast\",le=\"0.05\"} 1",
+            "# TYPE controller_persistentvolume_delete_duration_seconds histogram",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn workqueue_families_report_per_queue_series_and_scrape_time_gauges() {
+        let registry = Registry::new();
+        let metrics = WorkQueueMetrics::register(&registry).unwrap();
+        let claims = metrics.queue("claims");
+        metrics.observe_processing("claims", Arc::new(|| (3.5, 2.0)));
+        let _volumes = metrics.queue("volumes");
+        metrics.observe_processing("volumes", Arc::new(|| (0.0, 0.0)));
+        claims.adds.inc();
+        claims.depth.set(4);
+        claims.retries.inc();
+        claims.queue_duration.observe(0.5);
+        let text = render(&registry);
+        for line in [
+            "# HELP workqueue_depth [BETA] Current depth of workqueue",
+            "workqueue_depth{name=\"claims\"} 4",
+            "workqueue_depth{name=\"volumes\"} 0",
+            "workqueue_adds_total{name=\"claims\"} 1",
+            "workqueue_retries_total{name=\"claims\"} 1",
+            "workqueue_queue_duration_seconds_bucket{name=\"claims\",le=\"1\"} 1",
+            "workqueue_queue_duration_seconds_bucket{name=\"claims\",le=\"0.00000001\"} 0",
+            "workqueue_unfinished_work_seconds{name=\"claims\"} 3.5",
+            "workqueue_longest_running_processor_seconds{name=\"claims\"} 2",
+            "workqueue_longest_running_processor_seconds{name=\"volumes\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+}
