@@ -36,8 +36,7 @@ impl SocketId {
 
 /// The plugin sockets directly in `dir`, by path.
 ///
-/// Kubelet also descends into subdirectories; registrars only use the top level, and skipping
-/// subdirectories keeps a registrar's private temporary directory out of the picture.
+/// Kubelet also descends into subdirectories; registrars only use the top level.
 ///
 /// # Errors
 /// When `dir` cannot be read. Entries that vanish while scanning are skipped.

@@ -17,6 +17,7 @@
 
 mod binding;
 mod liveness;
+mod registration;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -72,6 +73,9 @@ pub fn all() -> Vec<Flow> {
         }),
         flow("manual static binding", |sb| {
             Box::pin(binding::static_binding(sb))
+        }),
+        flow("node-driver-registrar registration with kubelet", |sb| {
+            Box::pin(registration::registered(sb))
         }),
         // Disrupts every sidecar's driver connection: keep it last.
         flow("driver restart -> probe 500 then 200", |sb| {
