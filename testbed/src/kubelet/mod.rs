@@ -8,9 +8,9 @@
 //!   start-up; this fake polls it every [`KubeletConfig::poll_interval`] (100 ms by default). A
 //!   plugin is a unix socket whose name does not start with `.`, whatever its extension
 //!   ([`scan`]). A deleted and re-created socket is a new plugin instance.
-//! * **Registration** ([`register`]): `GetInfo`, validation of type and versions, `NodeGetInfo`
+//! * **Registration** (`register.rs`): `GetInfo`, validation of type and versions, `NodeGetInfo`
 //!   on the returned endpoint, optionally the Node annotation and `CSINode` entry
-//!   ([`node_info`], when [`KubeletConfig::node_api`] is set), then `NotifyRegistrationStatus`
+//!   (`node_info.rs`, when [`KubeletConfig::node_api`] is set), then `NotifyRegistrationStatus`
 //!   — `true`, or `false` with kubelet's error text, also when a test says so with
 //!   [`Verdict::Reject`].
 //! * **Retries.** A failed attempt is retried with kubelet's exponential backoff (500 ms,
