@@ -169,6 +169,20 @@ fn parse_positive(path: &Path, text: &str) -> Result<u64> {
         })
 }
 
+/// Builds the multi-threaded tokio runtime every sidecar's `main` runs on, sized by
+/// [`worker_threads`] from the container's cgroup at [`DEFAULT_CGROUP_ROOT`].
+///
+/// # Errors
+/// If the runtime cannot be created (for example when threads cannot be spawned).
+pub fn build(automaxprocs: bool) -> std::io::Result<tokio::runtime::Runtime> {
+    let available = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let threads = worker_threads(automaxprocs, Path::new(DEFAULT_CGROUP_ROOT), available);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,16 +31,7 @@ fn main() -> ExitCode {
         "livenessprobe starting"
     );
 
-    let available = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let threads = csi_common::runtime::worker_threads(
-        automaxprocs,
-        std::path::Path::new("/sys/fs/cgroup"),
-        available,
-    );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build();
+    let runtime = csi_common::runtime::build(automaxprocs);
     let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(err) => {

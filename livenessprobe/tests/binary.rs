@@ -1,6 +1,11 @@
 //! Whole-binary tests: the real `livenessprobe` executable against the workspace's mock CSI
 //! driver on a temp-dir unix socket, observed over real HTTP the way kubelet probes it.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test loudly on any setup error"
+)]
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
