@@ -112,12 +112,16 @@ fn main() -> ExitCode {
 /// reads the environment itself).
 fn environment(leader_election_namespace: Option<&str>) -> Environment {
     let var = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
-    // Go's os.Hostname reads the kernel's host name; HOSTNAME is only a fallback.
-    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| var("HOSTNAME"))
+    // Go's os.Hostname() reads the kernel's host name. In a pod HOSTNAME holds the same value
+    // (the pod name), so it is preferred: it also lets two replicas on one machine have
+    // distinct Lease identities, as they would in a cluster.
+    let hostname = var("HOSTNAME")
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+        })
         .unwrap_or_else(|| "localhost".to_owned());
     let lease_namespace = leader::namespace_from(
         leader_election_namespace,

@@ -1,0 +1,347 @@
+//! A small cluster for whole-binary tests: the in-memory API server listening on 127.0.0.1
+//! with a kubeconfig, the controller-manager stand-in (PV binder, protection controllers), the
+//! mock CSI driver on a temp-dir socket, one Node + CSINode for the driver's topology, and the
+//! real `csi-provisioner` binary as a child process whose log is printed if a test fails.
+
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::missing_panics_doc,
+    reason = "test harness: a failure should panic; not every test uses every helper"
+)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    Event, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use testbed::apiserver::{ApiServer, Listening};
+use testbed::kcm::{self, ControllerManager};
+use testbed::mock_csi::{
+    DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, MockDriver, MockDriverConfig, MockDriverHandle,
+};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_csi-provisioner");
+pub(crate) const DRIVER: &str = "hostpath.csi.k8s.io";
+pub(crate) const NAMESPACE: &str = "default";
+
+/// Everything but the provisioner.
+pub(crate) struct Cluster {
+    pub(crate) server: ApiServer,
+    _listening: Listening,
+    pub(crate) kubeconfig: PathBuf,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) client: Client,
+    pub(crate) kcm: ControllerManager,
+    pub(crate) driver: MockDriverHandle,
+}
+
+impl Cluster {
+    pub(crate) async fn start() -> Self {
+        Self::with_driver(driver_config()).await
+    }
+
+    pub(crate) async fn with_driver(config: MockDriverConfig) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let server = ApiServer::new();
+        let listening = server.listen().await.unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        listening.write_kubeconfig(&kubeconfig).unwrap();
+        let client = server.client();
+        let kcm = ControllerManager::start(client.clone(), kcm::Config::default());
+        let driver = MockDriver::start(config, dir.path().join("csi.sock"))
+            .await
+            .unwrap();
+        let cluster = Self {
+            server,
+            _listening: listening,
+            kubeconfig,
+            dir,
+            client,
+            kcm,
+            driver,
+        };
+        cluster.register_node();
+        cluster
+    }
+
+    /// What kubelet and the registrar would have written: the Node's topology label and the
+    /// CSINode entry with the driver's topology key.
+    fn register_node(&self) {
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(DEFAULT_NODE_ID.into()),
+                labels: Some(BTreeMap::from([(
+                    DEFAULT_TOPOLOGY_KEY.into(),
+                    DEFAULT_NODE_ID.into(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        };
+        self.server.put_object(&node).unwrap();
+        let csinode = CSINode {
+            metadata: ObjectMeta {
+                name: Some(DEFAULT_NODE_ID.into()),
+                ..ObjectMeta::default()
+            },
+            spec: CSINodeSpec {
+                drivers: vec![CSINodeDriver {
+                    name: DRIVER.into(),
+                    node_id: DEFAULT_NODE_ID.into(),
+                    topology_keys: Some(vec![DEFAULT_TOPOLOGY_KEY.into()]),
+                    ..CSINodeDriver::default()
+                }],
+            },
+        };
+        self.server.put_object(&csinode).unwrap();
+    }
+
+    pub(crate) fn socket(&self) -> PathBuf {
+        self.driver.socket_path().to_owned()
+    }
+
+    /// Starts `csi-provisioner` with the standard flags plus `extra`.
+    pub(crate) fn provisioner(&self, name: &str, extra: &[&str]) -> Provisioner {
+        let http = free_port();
+        let mut args = vec![
+            format!("--csi-address={}", self.socket().display()),
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            format!("--http-endpoint={http}"),
+            "--retry-interval-start=100ms".to_owned(),
+            "--retry-interval-max=2s".to_owned(),
+            "--kube-api-qps=100".to_owned(),
+            "--kube-api-burst=200".to_owned(),
+            "-v=2".to_owned(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        Provisioner::spawn(
+            &self.dir.path().join(format!("{name}.log")),
+            name,
+            &args,
+            http,
+        )
+    }
+
+    pub(crate) fn claims(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    pub(crate) fn volumes(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+
+    pub(crate) async fn create_class(&self, class: StorageClass) {
+        Api::<StorageClass>::all(self.client.clone())
+            .create(&PostParams::default(), &class)
+            .await
+            .unwrap();
+    }
+
+    pub(crate) async fn create_claim(
+        &self,
+        name: &str,
+        class: &str,
+        size: &str,
+    ) -> PersistentVolumeClaim {
+        self.claims()
+            .create(&PostParams::default(), &claim(name, class, size))
+            .await
+            .unwrap()
+    }
+
+    pub(crate) async fn delete_claim(&self, name: &str) {
+        self.claims()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the claim is Bound; returns it and its PV.
+    pub(crate) async fn bound(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> (PersistentVolumeClaim, PersistentVolume) {
+        let claim = eventually(&format!("claim {name} Bound"), timeout, async || {
+            let claim = self.claims().get(name).await.ok()?;
+            (claim.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(claim)
+        })
+        .await;
+        let volume_name = claim.spec.as_ref().unwrap().volume_name.clone().unwrap();
+        let volume = self.volumes().get(&volume_name).await.unwrap();
+        (claim, volume)
+    }
+
+    pub(crate) async fn events(&self, reason: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), NAMESPACE)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+
+    pub(crate) async fn volume_count(&self) -> usize {
+        self.volumes()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+    }
+}
+
+pub(crate) fn driver_config() -> MockDriverConfig {
+    MockDriverConfig {
+        driver_name: DRIVER.into(),
+        ..MockDriverConfig::default()
+    }
+}
+
+pub(crate) fn class(name: &str, binding: &str) -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        provisioner: DRIVER.into(),
+        reclaim_policy: Some("Delete".into()),
+        volume_binding_mode: Some(binding.into()),
+        ..StorageClass::default()
+    }
+}
+
+pub(crate) fn claim(name: &str, class: &str, size: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NAMESPACE.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: Some(class.into()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".into(), Quantity(size.into()))])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    }
+}
+
+/// Polls `check` every 50 ms until it returns `Some` or `timeout` passes (then panics).
+pub(crate) async fn eventually<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub(crate) fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// A running `csi-provisioner`; killed on drop, its log printed if the test is failing.
+pub(crate) struct Provisioner {
+    pub(crate) child: Child,
+    pub(crate) http: SocketAddr,
+    log: PathBuf,
+    name: String,
+}
+
+impl Provisioner {
+    fn spawn(log: &Path, name: &str, args: &[String], http: SocketAddr) -> Self {
+        let file = std::fs::File::create(log).unwrap();
+        let child = Command::new(BIN)
+            .args(args)
+            .env("HOSTNAME", name)
+            .stdout(Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            http,
+            log: log.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Option<testbed::http_client::HttpResponse> {
+        testbed::http_client::get(self.http, path, Duration::from_secs(5))
+            .await
+            .ok()
+    }
+
+    /// Waits until the diagnostics server answers (it starts once the driver is known).
+    pub(crate) async fn wait_serving(&self) {
+        eventually(
+            &format!("{} serving /metrics", self.name),
+            Duration::from_secs(20),
+            async || self.get("/metrics").await.filter(|r| r.status == 200),
+        )
+        .await;
+    }
+
+    /// Waits for the process to exit; returns its exit code.
+    pub(crate) async fn exit_code(&mut self, timeout: Duration) -> Option<i32> {
+        let status = tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .expect("the provisioner exits")
+            .unwrap();
+        status.code()
+    }
+
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+impl Drop for Provisioner {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(80).collect();
+            eprintln!("---- {} log (last lines) ----", self.name);
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+        let _ = self.child.start_kill();
+    }
+}
