@@ -296,8 +296,9 @@ pub enum ConfigError {
     /// `--worker-threads=0` would never process anything (exit 1).
     #[error("--worker-threads must be greater than 0")]
     NoWorkers,
-    /// `--volume-name-uuid-length` outside -1..=32 (upstream panics on the first claim).
-    #[error("--volume-name-uuid-length must be -1 (full UID) or between 0 and 32, got {0}")]
+    /// `--volume-name-uuid-length` other than -1 or 1..=32 (upstream panics on the first claim
+    /// beyond that, and 0 gives the invalid PV name `pvc-`).
+    #[error("--volume-name-uuid-length must be -1 (full UID) or between 1 and 32, got {0}")]
     UuidLength(i32),
     /// `--volume-name-prefix` is empty: every volume name would be invalid.
     #[error("--volume-name-prefix must not be empty")]
@@ -459,7 +460,7 @@ impl TryFrom<Args> for Config {
         if args.worker_threads == 0 {
             return Err(ConfigError::NoWorkers);
         }
-        if !(-1..=32).contains(&args.volume_name_uuid_length) {
+        if args.volume_name_uuid_length != -1 && !(1..=32).contains(&args.volume_name_uuid_length) {
             return Err(ConfigError::UuidLength(args.volume_name_uuid_length));
         }
         if args.volume_name_prefix.is_empty() {

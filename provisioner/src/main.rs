@@ -61,17 +61,7 @@ fn main() -> ExitCode {
             .map(|le| le.namespace.as_str()),
     );
 
-    let available = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let threads = csi_common::runtime::worker_threads(
-        automaxprocs,
-        std::path::Path::new(csi_common::runtime::DEFAULT_CGROUP_ROOT),
-        available,
-    );
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-    {
+    let runtime = match csi_common::runtime::build(automaxprocs) {
         Ok(runtime) => runtime,
         Err(err) => {
             tracing::error!(error = %err, "cannot start the async runtime");

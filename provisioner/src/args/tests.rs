@@ -223,6 +223,7 @@ fn invalid_combinations_fail_with_exit_code_1() {
         &["--worker-threads=0"][..],
         &["--volume-name-uuid-length=33"],
         &["--volume-name-uuid-length=-2"],
+        &["--volume-name-uuid-length=0"],
         &["--volume-name-prefix="],
         &["--retry-interval-start=10m", "--retry-interval-max=5m"],
         &["--retry-interval-start=0s"],
