@@ -17,6 +17,7 @@
 
 mod binding;
 mod liveness;
+mod provisioning;
 mod registration;
 
 use std::future::Future;
@@ -77,6 +78,10 @@ pub fn all() -> Vec<Flow> {
         flow("node-driver-registrar registration with kubelet", |sb| {
             Box::pin(registration::registered(sb))
         }),
+        flow("dynamic provisioning", |sb| {
+            Box::pin(provisioning::provisioned(sb))
+        }),
+        flow("deletion", |sb| Box::pin(provisioning::deleted(sb))),
         // Disrupts every sidecar's driver connection: keep it last.
         flow("driver restart -> probe 500 then 200", |sb| {
             Box::pin(liveness::driver_restart(sb))
