@@ -45,7 +45,7 @@ async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
         .arg(kubeconfig)
         .args(args)
         .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+    let out = tokio::time::timeout(Duration::from_mins(1), cmd.output())
         .await
         .expect("kubectl finished within 60 s")
         .expect("kubectl runs");
