@@ -27,7 +27,8 @@ use support::*;
 use testbed::mock_csi::{ControllerRpc, Fault, Method, When};
 use tonic::Code;
 
-const SHORT: Duration = Duration::from_secs(15);
+/// Generous: the tests run in parallel on small CI machines.
+const SHORT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn an_immediate_claim_is_bound_to_a_pv_of_upstream_shape_and_deleted_after_the_claim() {
@@ -831,5 +832,66 @@ async fn a_lost_driver_connection_exits_1() {
         provisioner.log().contains("Lost connection"),
         "{}",
         provisioner.log()
+    );
+}
+
+#[tokio::test]
+async fn sigterm_stops_cleanly_and_hands_the_lease_back() {
+    let cluster = Cluster::start().await;
+    let mut provisioner = cluster.provisioner(
+        "replica-a",
+        &[
+            "--leader-election",
+            "--leader-election-lease-duration=3s",
+            "--leader-election-renew-deadline=2s",
+            "--leader-election-retry-period=1s",
+        ],
+    );
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(cluster.client.clone(), "default");
+    eventually("the Lease held", SHORT, async || {
+        let lease = leases.get_opt("hostpath-csi-k8s-io").await.ok()??;
+        (lease.spec?.holder_identity.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+    let pid = provisioner.child.id().unwrap().to_string();
+    let status = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(provisioner.exit_code(SHORT).await, Some(0));
+    let lease = leases.get("hostpath-csi-k8s-io").await.unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.unwrap_or_default(),
+        "",
+        "released for a standby to take at once"
+    );
+}
+
+#[tokio::test]
+async fn the_deprecated_metrics_address_serves_metrics_only() {
+    let cluster = Cluster::start().await;
+    let port = free_port();
+    let mut args = vec![
+        format!("--csi-address={}", cluster.socket().display()),
+        format!("--kubeconfig={}", cluster.kubeconfig.display()),
+        format!("--metrics-address={port}"),
+        "--metrics-path=/custom".to_owned(),
+        "--leader-election".to_owned(),
+    ];
+    args.push("-v=2".to_owned());
+    let provisioner = Provisioner::spawn_args(&cluster, "csi-provisioner-0", &args, port);
+    let metrics = eventually("metrics on the custom path", SHORT, async || {
+        provisioner.get("/custom").await.filter(|r| r.status == 200)
+    })
+    .await;
+    assert!(metrics.body.contains("csi_sidecar_operations_seconds"));
+    assert!(metrics.body.contains("process_start_time_seconds"));
+    let health = provisioner.get("/healthz/leader-election").await.unwrap();
+    assert_eq!(
+        health.status, 404,
+        "no leader-election check on --metrics-address"
     );
 }

@@ -280,6 +280,21 @@ pub(crate) struct Provisioner {
 }
 
 impl Provisioner {
+    /// Starts the binary with exactly `args` (no standard flags); it should serve on `http`.
+    pub(crate) fn spawn_args(
+        cluster: &Cluster,
+        name: &str,
+        args: &[String],
+        http: SocketAddr,
+    ) -> Self {
+        Self::spawn(
+            &cluster.dir.path().join(format!("{name}.log")),
+            name,
+            args,
+            http,
+        )
+    }
+
     fn spawn(log: &Path, name: &str, args: &[String], http: SocketAddr) -> Self {
         let file = std::fs::File::create(log).unwrap();
         let child = Command::new(BIN)

@@ -181,6 +181,40 @@ fn check_pv(
     ))
 }
 
+/// Start-up claims may have failed while the node had no topology yet and be in backoff; a
+/// change to a claim makes the provisioner look at it again at once (as upstream's informer
+/// does). Waits until all of them are Bound.
+async fn startup_claims_bound(
+    sb: &Sandbox,
+    claims: &Api<PersistentVolumeClaim>,
+) -> Result<String, FlowError> {
+    for name in sb.claims() {
+        let patch =
+            json!({"metadata": {"labels": {"sandbox.example.com/provisioning-flow": "seen"}}});
+        claims
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| failed("touch a start-up claim", e))?;
+    }
+    let start = tokio::time::Instant::now();
+    for name in sb.claims() {
+        wait_for(
+            &format!("start-up claim {name} to be Bound"),
+            WAIT,
+            || async {
+                let claim = claims.get_opt(name).await.ok().flatten()?;
+                (objects::pvc_phase(&claim) == "Bound").then_some(())
+            },
+        )
+        .await?;
+    }
+    Ok(format!(
+        "{n}/{n} start-up claims Bound ({} ms after the check began)",
+        ms_since(start),
+        n = sb.claims().len()
+    ))
+}
+
 /// A new claim of the sandbox class is provisioned by csi-provisioner and bound by the
 /// controller-manager stand-in; the start-up claims end Bound as well.
 pub(super) async fn provisioned(sb: &Sandbox) -> FlowResult {
@@ -245,33 +279,7 @@ pub(super) async fn provisioned(sb: &Sandbox) -> FlowResult {
     .await?;
     notes.push(format!("events on the claim: {reasons:?}"));
 
-    // Start-up claims may have failed while the node had no topology yet and be in backoff; a
-    // change to a claim makes the provisioner look at it again at once (as upstream's informer).
-    for name in sb.claims() {
-        let patch =
-            json!({"metadata": {"labels": {"sandbox.example.com/provisioning-flow": "seen"}}});
-        claims
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| failed("touch a start-up claim", e))?;
-    }
-    let start = tokio::time::Instant::now();
-    for name in sb.claims() {
-        wait_for(
-            &format!("start-up claim {name} to be Bound"),
-            WAIT,
-            || async {
-                let claim = claims.get_opt(name).await.ok().flatten()?;
-                (objects::pvc_phase(&claim) == "Bound").then_some(())
-            },
-        )
-        .await?;
-    }
-    notes.push(format!(
-        "{n}/{n} start-up claims Bound ({} ms after the check began)",
-        ms_since(start),
-        n = sb.claims().len()
-    ));
+    notes.push(startup_claims_bound(sb, &claims).await?);
 
     let metrics = http_client::get(addr, "/metrics", Duration::from_secs(5))
         .await
