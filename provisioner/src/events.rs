@@ -94,12 +94,6 @@ impl EventRecorder {
         (Self { tx }, write_events(client, component, rx))
     }
 
-    /// A recorder that drops everything (tests of code paths that emit events).
-    pub fn discard() -> Self {
-        let (tx, _rx) = mpsc::channel(1);
-        Self { tx }
-    }
-
     /// A recorder and the receiving end, for tests that assert on recorded events.
     pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<NewEvent>) {
         let (tx, rx) = mpsc::channel(capacity);

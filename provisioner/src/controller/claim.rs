@@ -79,10 +79,15 @@ pub(crate) async fn sync<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> O
     }
 }
 
+/// The claim of `key` if it still exists and is not being deleted. A claim with a
+/// deletionTimestamp only waits for its finalizers: upstream still provisions it (and the PV
+/// ends up Released), here it counts as gone, so a create in progress is cleaned up at once
+/// and no new volume is made for it.
 fn live_claim<D>(ctx: &Context<D>, key: &ClaimKey) -> Option<Arc<PersistentVolumeClaim>> {
     ctx.stores
         .claim(&key.namespace, &key.name)
         .filter(|claim| claim.metadata.uid.as_deref() == Some(key.uid.as_str()))
+        .filter(|claim| claim.metadata.deletion_timestamp.is_none())
 }
 
 /// Labels of the provision metrics: class name and `spec.dataSource.kind`.
@@ -297,7 +302,7 @@ pub(crate) fn create_error_state(
     }
 }
 
-/// A claim that is gone from the cache (deleted, or re-created under a new UID).
+/// A claim that is gone from the cache (deleted, being deleted, or re-created under a new UID).
 ///
 /// Beyond upstream (#486, #1469): if it was in progress, the create it started is driven to a
 /// definite answer with the same request, and a volume that exists is deleted, so deleting a

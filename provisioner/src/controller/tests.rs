@@ -212,14 +212,25 @@ impl Harness {
     }
 
     async fn create_claim(&self, name: &str) -> PersistentVolumeClaim {
+        self.create_claim_with(name, true).await
+    }
+
+    /// A claim no controller-manager has handed to our driver yet.
+    async fn create_claim_unannotated(&self, name: &str) -> PersistentVolumeClaim {
+        self.create_claim_with(name, false).await
+    }
+
+    async fn create_claim_with(&self, name: &str, annotated: bool) -> PersistentVolumeClaim {
         let claim = PersistentVolumeClaim {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("default".into()),
-                annotations: Some(BTreeMap::from([(
-                    "volume.kubernetes.io/storage-provisioner".into(),
-                    DRIVER.into(),
-                )])),
+                annotations: annotated.then(|| {
+                    BTreeMap::from([(
+                        "volume.kubernetes.io/storage-provisioner".into(),
+                        DRIVER.into(),
+                    )])
+                }),
                 ..ObjectMeta::default()
             },
             spec: Some(PersistentVolumeClaimSpec {
@@ -659,5 +670,33 @@ async fn a_pv_that_cannot_be_saved_is_retried_without_a_second_volume() {
         (!h.events("ProvisioningSucceeded").await.is_empty()).then_some(())
     })
     .await;
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_claim_being_deleted_gets_no_volume() {
+    let h = Harness::start(false).await;
+    h.create_claim_unannotated("leaving").await;
+    // Deleted while nobody had annotated it for our driver yet: pvc-protection (added by
+    // admission) keeps it around with a deletionTimestamp.
+    h.claims()
+        .delete("leaving", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut claim = h.claims().get("leaving").await.unwrap();
+    assert!(claim.metadata.deletion_timestamp.is_some());
+    claim.metadata.annotations = Some(BTreeMap::from([(
+        "volume.kubernetes.io/storage-provisioner".into(),
+        DRIVER.into(),
+    )]));
+    h.claims()
+        .replace("leaving", &PostParams::default(), &claim)
+        .await
+        .unwrap();
+    tokio::time::sleep(MAX).await;
+    assert!(
+        h.driver.creates().is_empty(),
+        "no CreateVolume for a claim being deleted"
+    );
     h.stop().await;
 }
