@@ -895,3 +895,32 @@ async fn the_deprecated_metrics_address_serves_metrics_only() {
         "no leader-election check on --metrics-address"
     );
 }
+
+#[tokio::test]
+async fn a_claim_whose_selected_node_is_gone_is_rescheduled() {
+    let cluster = Cluster::start().await;
+    cluster
+        .create_class(class("late", "WaitForFirstConsumer"))
+        .await;
+    let _provisioner = cluster.provisioner("csi-provisioner-0", &[]);
+    cluster.create_claim("orphaned", "late", "1Mi").await;
+    cluster
+        .kcm
+        .select_node(NAMESPACE, "orphaned", "ghost-node")
+        .await
+        .unwrap();
+    eventually("the selected-node annotation removed", SHORT, async || {
+        let claim = cluster.claims().get("orphaned").await.ok()?;
+        let annotations = claim.metadata.annotations.unwrap_or_default();
+        (!annotations.contains_key("volume.kubernetes.io/selected-node")).then_some(())
+    })
+    .await;
+    let failed = cluster.events("ProvisioningFailed").await;
+    assert!(
+        failed
+            .iter()
+            .any(|e| e.message.as_deref() == Some("node \"ghost-node\" not found")),
+        "{failed:?}"
+    );
+    assert_eq!(cluster.driver.call_count(Method::CreateVolume), 0);
+}
