@@ -141,10 +141,13 @@ pub async fn run(
     let options = ConnectOptions::default()
         .with_call_timeout(config.timeout)
         .with_call_logging(config.log_grpc_calls);
-    let (connection, loss) = connection::connect(&config.csi_address, options, metrics.clone())
-        .await
-        .map_err(RunError::Connect)?;
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    let (connection, loss) = tokio::select! {
+        connected = connection::connect(&config.csi_address, options, metrics.clone()) => {
+            connected.map_err(RunError::Connect)?
+        }
+        () = shutdown.clone() => return Ok(()),
+    };
     let driver = tokio::select! {
         driver = discover(&connection, config.timeout, &metrics) => driver?,
         () = loss.clone() => return Err(RunError::ConnectionLost),
