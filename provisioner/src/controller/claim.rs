@@ -9,7 +9,7 @@
 //! of spec §4.7 and requeue with the per-claim exponential backoff.
 //!
 //! A claim that is gone from the cache but still [`in progress`](super::in_progress) is
-//! finished from its stored plan and its volume deleted: see [`sync_gone`].
+//! finished from its stored plan and its volume deleted (`sync_gone`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
