@@ -202,6 +202,8 @@ pub async fn run(
         return run_controllers(deps, shutdown, loss).await;
     };
     let mut leadership = tokio::select! {
+        // A Lease won at the same moment as SIGTERM is still taken, so it is handed back below.
+        biased;
         leadership = elector.acquire() => leadership,
         () = loss.clone() => return Err(RunError::ConnectionLost),
         () = shutdown.clone() => return Ok(()),
