@@ -26,11 +26,22 @@
 //! does not give the flag a value (`false` becomes a positional argument, rejected). Declare
 //! one like this:
 //!
-//! ```ignore
-//! #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true,
-//!       default_missing_value = "true", default_value = "false",
-//!       value_parser = csi_common::flags::go_bool)]
-//! pub enable_pprof: bool,
+//! ```
+//! use clap::Parser;
+//!
+//! #[derive(Parser)]
+//! struct Args {
+//!     #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true,
+//!           default_missing_value = "true", default_value = "false",
+//!           value_parser = csi_common::flags::go_bool)]
+//!     enable_pprof: bool,
+//! }
+//!
+//! let on: Args = csi_common::flags::parse(["x", "-enable-pprof"]).unwrap();
+//! assert!(on.enable_pprof);
+//! let off: Args = csi_common::flags::parse(["x", "--enable-pprof=F"]).unwrap();
+//! assert!(!off.enable_pprof);
+//! assert!(csi_common::flags::parse::<Args, _, _>(["x", "--enable-pprof", "false"]).is_err());
 //! ```
 //!
 //! (`action = Set` is needed because clap would otherwise make a `bool` field a plain switch

@@ -23,7 +23,6 @@ mod binder;
 pub mod events;
 pub mod objects;
 mod protection;
-mod quantity;
 pub mod scheduler;
 
 use std::future::Future;

@@ -13,8 +13,6 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt as _;
 
-use super::quantity;
-
 /// Claim annotation naming the provisioner that should create its volume.
 pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
 /// The deprecated beta spelling of [`ANN_STORAGE_PROVISIONER`]; still written next to it.
@@ -199,6 +197,14 @@ pub(crate) fn volume_reference(pv: &PersistentVolume) -> ObjectReference {
     }
 }
 
+/// A quantity in whole bytes, `None` when it does not parse (the binder then treats the size
+/// as unknown, as the real controller does with a quantity it cannot read).
+fn bytes(quantity: &str) -> Option<i128> {
+    csi_common::quantity::parse_bytes(quantity)
+        .ok()
+        .map(i128::from)
+}
+
 /// Requested storage of a claim in bytes (0 when unset or unparsable).
 pub(crate) fn requested_bytes(pvc: &PersistentVolumeClaim) -> i128 {
     pvc.spec
@@ -206,7 +212,7 @@ pub(crate) fn requested_bytes(pvc: &PersistentVolumeClaim) -> i128 {
         .and_then(|s| s.resources.as_ref())
         .and_then(|r| r.requests.as_ref())
         .and_then(|r| r.get("storage"))
-        .and_then(|q| quantity::bytes(&q.0))
+        .and_then(|q| bytes(&q.0))
         .unwrap_or(0)
 }
 
@@ -216,7 +222,7 @@ pub(crate) fn capacity_bytes(pv: &PersistentVolume) -> i128 {
         .as_ref()
         .and_then(|s| s.capacity.as_ref())
         .and_then(|c| c.get("storage"))
-        .and_then(|q| quantity::bytes(&q.0))
+        .and_then(|q| bytes(&q.0))
         .unwrap_or(0)
 }
 
@@ -357,12 +363,12 @@ pub(crate) fn with_claim_status(
                 let volume_size = capacity
                     .as_ref()
                     .and_then(|c| c.get("storage"))
-                    .and_then(|q| quantity::bytes(&q.0));
+                    .and_then(|q| bytes(&q.0));
                 let claim_size = old
                     .capacity
                     .as_ref()
                     .and_then(|c| c.get("storage"))
-                    .and_then(|q| quantity::bytes(&q.0));
+                    .and_then(|q| bytes(&q.0));
                 if claim_size.is_none() || claim_size != volume_size {
                     status.capacity = capacity;
                     dirty = true;
