@@ -4,13 +4,13 @@
 //!
 //! What runs (behaviour of kube-controller-manager v1.36, see provisioner.md §2 and the
 //! fixtures' "who writes what in the volume lifecycle"):
-//! - the PV binder ([`binder`]): annotates claims of external provisioners with
+//! - the PV binder (module `binder`): annotates claims of external provisioners with
 //!   `volume.kubernetes.io/storage-provisioner` (+ the beta key) and emits
 //!   `ExternalProvisioning`; binds claims to volumes reserved for them (volume status Bound,
 //!   claim `spec.volumeName` + `bind-completed` + `bound-by-controller`, claim status Bound
 //!   with capacity and access modes); binds free Available volumes that match; marks volumes
 //!   Released when their claim is gone; marks volumes Available when unclaimed;
-//! - pvc-protection and pv-protection ([`protection`]);
+//! - pvc-protection and pv-protection (module `protection`);
 //! - on request only: the scheduler's node selection for WaitForFirstConsumer claims
 //!   ([`scheduler::select_node`]) and the attach-detach controller's VolumeAttachments
 //!   ([`attach_detach`]).

@@ -86,7 +86,7 @@ pub struct Args {
     /// ...); "" for none.
     #[arg(long)]
     pub node_capabilities: Option<String>,
-    /// Topology segments key=value,...; "" for none. Default: topology.mock.csi.k8s.io/node=<node id>.
+    /// Topology segments key=value,...; "" for none. Default: `topology.mock.csi.k8s.io/node=<node id>`.
     #[arg(long)]
     pub topology: Option<String>,
     /// Total capacity (bytes or with a suffix such as 100Gi); unlimited when not set.
@@ -110,11 +110,11 @@ pub struct Args {
     /// Log every call (method and request) at info level.
     #[arg(long)]
     pub log_calls: bool,
-    /// Fail calls: METHOD:CODE[:NTH], e.g. CreateVolume:RESOURCE_EXHAUSTED:2 (every call when
+    /// Fail calls: `METHOD:CODE[:NTH]`, e.g. `CreateVolume:RESOURCE_EXHAUSTED:2` (every call when
     /// NTH is left out). Repeatable.
     #[arg(long = "fail", value_parser = parse_fail)]
     pub fail: Vec<Fault>,
-    /// Delay calls: METHOD:DURATION[:NTH], e.g. Probe:2s. Repeatable.
+    /// Delay calls: `METHOD:DURATION[:NTH]`, e.g. `Probe:2s`. Repeatable.
     #[arg(long = "delay", value_parser = parse_delay)]
     pub delay: Vec<Fault>,
 }

@@ -174,7 +174,7 @@ const HIGHLIGHTED: &[&str] = &[
     "process_start_time_seconds",
 ];
 
-/// The `/metrics` lines (samples, no comments) of [`HIGHLIGHTED`] families.
+/// The `/metrics` lines (samples, no comments) of the `HIGHLIGHTED` families.
 pub fn metric_highlights(body: &str) -> Vec<String> {
     body.lines()
         .filter(|l| !l.starts_with('#'))
