@@ -60,6 +60,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
+use crate::logging::error_chain;
+
 pub use lock::LockError;
 pub use rules::{
     DEFAULT_NAMESPACE, MalformedLabel, POD_NAMESPACE_ENV, SERVICE_ACCOUNT_NAMESPACE_FILE, identity,
@@ -625,7 +627,7 @@ impl Core {
                 }
                 Err(err) => warn!(
                     lease = %self.shared.lease,
-                    error = %chain(&err),
+                    error = %error_chain(&err),
                     "failed to update lock optimistically, falling back to slow path"
                 ),
             }
@@ -690,7 +692,7 @@ impl Core {
     }
 
     fn failed(&mut self, what: &str, err: &LockError) -> bool {
-        let message = format!("{what}: {}", chain(err));
+        let message = format!("{what}: {}", error_chain(err));
         error!(lease = %self.shared.lease, "{message}");
         self.last_failure = Some(message);
         false
@@ -724,7 +726,7 @@ impl Core {
             lease: self.shared.lease.clone(),
             reason,
         };
-        error!(lease = %self.shared.lease, error = %chain(&lost), "failed to renew lease");
+        error!(lease = %self.shared.lease, error = %error_chain(&lost), "failed to renew lease");
         self.spawn_event("stopped leading");
         lost_tx.send_replace(Some(lost));
         (self, true)
@@ -785,7 +787,7 @@ impl Core {
         let events = self.lock.events();
         tokio::spawn(async move {
             if let Err(err) = events.create(&PostParams::default(), &event).await {
-                warn!(error = %chain(&err), "cannot post leader election event");
+                warn!(error = %error_chain(&err), "cannot post leader election event");
             }
         });
     }
@@ -798,7 +800,7 @@ impl Core {
         let events = self.lock.events();
         match tokio::time::timeout(limit, events.create(&PostParams::default(), &event)).await {
             Ok(Ok(_)) => {}
-            Ok(Err(err)) => warn!(error = %chain(&err), "cannot post leader election event"),
+            Ok(Err(err)) => warn!(error = %error_chain(&err), "cannot post leader election event"),
             Err(_) => warn!("timed out posting leader election event"),
         }
     }
@@ -823,18 +825,6 @@ fn unit_random() -> f64 {
     )]
     let unit = (bits >> 11) as f64 / (1_u64 << 53) as f64;
     unit
-}
-
-/// Renders an error and its sources as `outer: inner: ...` for one log field.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(err) = source {
-        out.push_str(": ");
-        out.push_str(&err.to_string());
-        source = err.source();
-    }
-    out
 }
 
 #[cfg(test)]
@@ -920,7 +910,7 @@ mod tests {
             },
         };
         assert_eq!(
-            chain(&lost),
+            error_chain(&lost),
             "stopped leading lease ns/lease: no renewal succeeded within the renew deadline of 10s (last attempt: failed to update lock: boom)"
         );
     }
