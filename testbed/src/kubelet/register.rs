@@ -17,6 +17,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use csi_common::logging::error_chain;
+
 use hyper_util::rt::TokioIo;
 use proto::csi::v1::NodeGetInfoRequest;
 use proto::csi::v1::node_client::NodeClient;
@@ -288,15 +290,4 @@ fn go_status(status: &tonic::Status) -> String {
         status.code(),
         status.message()
     )
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
