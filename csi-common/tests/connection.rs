@@ -6,7 +6,6 @@
 // at the line that broke.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -135,38 +134,6 @@ fn count_line(method: &str, code: &str, count: u64) -> String {
     )
 }
 
-/// Collects formatted tracing output of the current thread.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    (captured, tracing::subscriber::set_default(subscriber))
-}
-
 #[tokio::test]
 async fn connect_waits_for_a_socket_that_appears_later() {
     let (_dir, path, address) = socket();
@@ -188,7 +155,7 @@ async fn connect_waits_for_a_socket_that_appears_later() {
 
 #[tokio::test(start_paused = true)]
 async fn connect_gives_up_after_the_timeout_and_says_still_connecting_every_ten_seconds() {
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = testbed::logs::capture();
     let (_dir, _path, address) = socket();
     let options = ConnectOptions::default().with_connect_timeout(Some(Duration::from_secs(25)));
     let start = Instant::now();
@@ -263,7 +230,7 @@ async fn call_until_lost(conn: &Connection, loss: &mut ConnectionLoss) {
 
 #[tokio::test]
 async fn losing_the_driver_fires_the_loss_once_and_a_restarted_driver_is_reconnected() {
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = testbed::logs::capture();
     let (_dir, path, address) = socket();
     let server = Server::start(&path, Driver::default());
     let (conn, mut loss) = connection::connect(&address, quick(), metrics())

@@ -5,5 +5,6 @@ pub mod apiserver;
 pub mod http_client;
 pub mod kcm;
 pub mod kubelet;
+pub mod logs;
 pub mod mock_csi;
 pub mod sandbox;

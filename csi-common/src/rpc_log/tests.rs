@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::io::Write;
 use std::sync::Mutex;
 
 use http_body_util::StreamBody;
@@ -463,38 +462,6 @@ fn message_types_come_from_the_csi_descriptors() {
     assert_eq!(types.get("garbage", Direction::Request), None);
 }
 
-/// Collects formatted tracing output of the current thread.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    (captured, tracing::subscriber::set_default(subscriber))
-}
-
 fn create_volume_request() -> CreateVolumeRequest {
     CreateVolumeRequest {
         name: "pvc-1234".to_owned(),
@@ -516,7 +483,7 @@ fn create_volume_reply(context_len: usize) -> Reply {
 
 #[tokio::test]
 async fn call_log_strips_secrets_and_shows_request_and_response() {
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = testbed::logs::capture();
     let metrics = metrics();
     let (inner, _) = scripted(create_volume_reply(3));
     let logging = CallLogging::On {
@@ -544,7 +511,7 @@ async fn call_log_strips_secrets_and_shows_request_and_response() {
 
 #[tokio::test]
 async fn call_log_caps_long_responses() {
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = testbed::logs::capture();
     let metrics = metrics();
     let (inner, _) = scripted(create_volume_reply(500));
     let logging = CallLogging::On {
@@ -568,7 +535,7 @@ async fn call_log_caps_long_responses() {
 
 #[tokio::test]
 async fn failed_call_logs_the_error_and_an_empty_response() {
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = testbed::logs::capture();
     let metrics = metrics();
     let (inner, _) = scripted(Reply::TrailersOnly(Code::OutOfRange, "too big"));
     let logging = CallLogging::On {
@@ -596,7 +563,7 @@ async fn failed_call_logs_the_error_and_an_empty_response() {
 
 #[tokio::test]
 async fn nothing_is_logged_when_call_logging_is_off() {
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = testbed::logs::capture();
     let metrics = metrics();
     let (inner, _) = scripted(create_volume_reply(3));
     let mut client = ControllerClient::new(layer(&metrics, None, CallLogging::Off).layer(inner));
