@@ -380,6 +380,25 @@ pub async fn connect(
     Ok((connection, ConnectionLoss::new(loss_receiver)))
 }
 
+/// One plain connection to a local unix socket: no waiting, retries, metrics, call logging or
+/// loss tracking.
+///
+/// For sockets that are not the CSI driver, such as the registrar checking its own kubelet
+/// registration socket, where [`connect`]'s upstream timing would only get in the way.
+///
+/// # Errors
+/// If the socket cannot be connected or the HTTP/2 handshake fails.
+pub async fn dial_once(path: &Path) -> std::result::Result<Channel, tonic::transport::Error> {
+    let path = path.to_owned();
+    // The URI only fills in :authority; the connector ignores it.
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { UnixStream::connect(path).await.map(TokioIo::new) }
+        }))
+        .await
+}
+
 /// Attempts connections until one succeeds, sleeping with a capped exponential backoff between
 /// attempts.
 async fn dial_until_connected(

@@ -25,11 +25,8 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 use axum::routing::any;
-use hyper_util::rt::TokioIo;
 use proto::pluginregistration::v1::InfoRequest;
 use proto::pluginregistration::v1::registration_client::RegistrationClient;
-use tokio::net::UnixStream;
-use tonic::transport::{Endpoint, Uri};
 
 use crate::socket::{self, PathState};
 
@@ -118,13 +115,7 @@ impl HealthCheck {
 
 /// One connection attempt to the unix socket at `path` (no retries: the socket is local).
 async fn connect(path: &Path) -> Result<tonic::transport::Channel, String> {
-    let path = path.to_owned();
-    // The URI only fills in :authority; the connector ignores it.
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { UnixStream::connect(path).await.map(TokioIo::new) }
-        }))
+    csi_common::connection::dial_once(path)
         .await
         .map_err(|err| csi_common::logging::error_chain(&err))
 }

@@ -19,13 +19,11 @@ use std::time::Duration;
 
 use csi_common::logging::error_chain;
 
-use hyper_util::rt::TokioIo;
 use proto::csi::v1::NodeGetInfoRequest;
 use proto::csi::v1::node_client::NodeClient;
 use proto::pluginregistration::v1::registration_client::RegistrationClient;
 use proto::pluginregistration::v1::{InfoRequest, PluginInfo, RegistrationStatus};
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 use super::node_info;
 use super::versions::{self, Version};
@@ -230,13 +228,7 @@ pub(super) async fn dial(path: &Path, timeout: Duration) -> Result<Channel, Stri
 }
 
 async fn connect_once(path: &Path) -> Result<Channel, String> {
-    let path = path.to_owned();
-    // The URI only fills in :authority; the connector ignores it.
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { UnixStream::connect(path).await.map(TokioIo::new) }
-        }))
+    csi_common::connection::dial_once(path)
         .await
         .map_err(|err| error_chain(&err))
 }
