@@ -368,23 +368,7 @@ fn provisioner_identity(driver: &str) -> String {
 
 /// A random (version 4) UUID for the Event source component, as upstream's `uuid.NewUUID()`.
 fn uuid_v4() -> String {
-    let mut bytes = [0u8; 16];
-    fastrand::fill(&mut bytes);
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex = bytes.iter().fold(String::with_capacity(32), |mut hex, b| {
-        use std::fmt::Write as _;
-        let _ = write!(hex, "{b:02x}");
-        hex
-    });
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 #[cfg(test)]

@@ -33,30 +33,7 @@ pub(crate) fn now() -> String {
 
 /// A random version-4 UUID.
 pub(crate) fn new_uid() -> String {
-    let hi = fastrand::u64(..);
-    let lo = fastrand::u64(..);
-    let bytes: Vec<u8> = hi
-        .to_be_bytes()
-        .into_iter()
-        .chain(lo.to_be_bytes())
-        .collect();
-    let mut b = [0u8; 16];
-    b.copy_from_slice(&bytes);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().fold(String::with_capacity(32), |mut acc, x| {
-        use std::fmt::Write as _;
-        let _ = write!(acc, "{x:02x}");
-        acc
-    });
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// A name from `generateName`: the prefix (cut to 58 bytes) plus five random characters from
