@@ -157,13 +157,21 @@ impl CsiMetrics {
     /// # Errors
     /// If a family cannot be encoded (a programming error, e.g. an invalid label value).
     pub fn render(&self) -> Result<String> {
-        let mut buf = Vec::new();
-        TextEncoder::new()
-            .encode(&self.inner.registry.gather(), &mut buf)
-            .map_err(Error::Encode)?;
-        // The text encoder only writes UTF-8.
-        Ok(String::from_utf8_lossy(&buf).into_owned())
+        render(&self.inner.registry)
     }
+}
+
+/// Renders every family of `registry` in the Prometheus text format upstream serves.
+///
+/// # Errors
+/// If a family cannot be encoded (a programming error, e.g. an invalid label value).
+pub fn render(registry: &Registry) -> Result<String> {
+    let mut buf = Vec::new();
+    TextEncoder::new()
+        .encode(&registry.gather(), &mut buf)
+        .map_err(Error::Encode)?;
+    // The text encoder only writes UTF-8.
+    Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
 /// Reads the process metrics from procfs at every scrape, like Prometheus' Go process collector.

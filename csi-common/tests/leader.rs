@@ -23,7 +23,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use prometheus::{Encoder, Registry, TextEncoder};
+use prometheus::Registry;
 use serde_json::json;
 use tokio::time::{Instant, sleep};
 use tower::ServiceBuilder;
@@ -335,11 +335,7 @@ async fn settle() {
 }
 
 fn render(registry: &Registry) -> String {
-    let mut out = Vec::new();
-    TextEncoder::new()
-        .encode(&registry.gather(), &mut out)
-        .unwrap();
-    String::from_utf8(out).unwrap()
+    csi_common::metrics::render(registry).unwrap()
 }
 
 #[tokio::test(start_paused = true)]

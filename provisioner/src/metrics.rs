@@ -332,14 +332,9 @@ impl Collector for SharedCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prometheus::{Encoder, TextEncoder};
 
     fn render(registry: &Registry) -> String {
-        let mut out = Vec::new();
-        TextEncoder::new()
-            .encode(&registry.gather(), &mut out)
-            .unwrap();
-        String::from_utf8(out).unwrap()
+        csi_common::metrics::render(registry).unwrap()
     }
 
     #[test]
