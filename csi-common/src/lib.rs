@@ -11,6 +11,7 @@ pub mod access_modes;
 pub mod capabilities;
 pub mod connection;
 pub mod flags;
+pub mod h2_authority;
 pub mod http;
 pub mod identity;
 pub mod kube_client;
