@@ -70,6 +70,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for RepairAuthority<S> {
             ready!(Pin::new(&mut this.inner).poll_read(cx, &mut chunk))?;
             if chunk.filled().is_empty() {
                 this.eof = true;
+                this.rewriter.end(&mut this.out);
             } else {
                 this.rewriter.push(chunk.filled(), &mut this.out);
             }

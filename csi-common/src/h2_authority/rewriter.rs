@@ -115,6 +115,19 @@ impl Rewriter {
         }
     }
 
+    /// The client closed its side: appends, exactly as received, whatever was held back (an
+    /// incomplete frame cannot become a request any more), so the server sees the same
+    /// truncated input it would have seen without the rewriter.
+    pub fn end(&mut self, out: &mut Vec<u8>) {
+        if matches!(self.state, State::Preface | State::Frames) {
+            if let Some(pending) = self.pending.take() {
+                out.extend_from_slice(&pending.raw);
+            }
+            out.append(&mut self.input);
+            self.state = State::Passthrough;
+        }
+    }
+
     /// Whether an undecodable header block ended the connection: nothing more is forwarded.
     pub fn is_closed(&self) -> bool {
         self.state == State::Closed

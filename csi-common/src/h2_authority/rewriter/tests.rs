@@ -316,3 +316,23 @@ fn a_client_side_policy_sets_or_removes_the_authority_of_requests_only() {
     let (out, _) = rewrite(Policy::Set(b"".to_vec()), &input);
     assert_eq!(frames_of(&out)[1].1, request(Some(b"")));
 }
+
+#[test]
+fn at_the_end_of_input_held_back_octets_go_out_as_received() {
+    let fragment = block(&request(Some(SOCKET)));
+    let open_block = frame(HEADERS, 0, 1, &fragment);
+    let half_frame = frame(CONTINUATION, END_HEADERS, 1, &[0x82; 50]);
+    let input = connection(&[open_block, half_frame[..20].to_vec()]);
+    let (mut out, mut rewriter) = rewrite(Policy::Repair, &input);
+    assert_eq!(
+        out,
+        connection(&[]),
+        "the open block and the partial frame are held back"
+    );
+    rewriter.end(&mut out);
+    assert_eq!(out, input);
+    // Nothing is held back or rewritten after that.
+    let mut more = Vec::new();
+    rewriter.push(&half_frame[20..], &mut more);
+    assert_eq!(more, &half_frame[20..]);
+}
