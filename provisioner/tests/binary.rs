@@ -872,13 +872,7 @@ async fn sigterm_stops_cleanly_and_hands_the_lease_back() {
             .then_some(())
     })
     .await;
-    let pid = provisioner.child.id().unwrap().to_string();
-    let status = tokio::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .await
-        .unwrap();
-    assert!(status.success());
+    provisioner.sigterm().await;
     assert_eq!(provisioner.exit_code(SHORT).await, Some(0));
     let lease = leases.get("hostpath-csi-k8s-io").await.unwrap();
     assert_eq!(
@@ -941,4 +935,59 @@ async fn a_claim_whose_selected_node_is_gone_is_rescheduled() {
         "{failed:?}"
     );
     assert_eq!(cluster.driver.call_count(Method::CreateVolume), 0);
+}
+
+/// Exit code 0 within a few seconds of SIGTERM: every start-up stage must honour it (kubelet
+/// stops pods whose driver never becomes ready, and upstream dies at once).
+const AT_ONCE: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn sigterm_while_waiting_for_the_driver_socket_exits_0_at_once() {
+    let cluster = Cluster::start().await;
+    let port = free_port();
+    let args = [
+        format!(
+            "--csi-address={}",
+            cluster.dir.path().join("absent.sock").display()
+        ),
+        format!("--kubeconfig={}", cluster.kubeconfig.display()),
+        format!("--http-endpoint={port}"),
+        "-v=5".to_owned(),
+    ];
+    let mut provisioner = Provisioner::spawn_args(&cluster, "csi-provisioner-0", &args, port);
+    provisioner.wait_logged("Connecting").await;
+    provisioner.sigterm().await;
+    assert_eq!(provisioner.exit_code(AT_ONCE).await, Some(0));
+}
+
+#[tokio::test]
+async fn sigterm_while_the_driver_is_not_ready_exits_0_at_once() {
+    let cluster = Cluster::start().await;
+    cluster.driver.set_ready(Some(false));
+    let mut provisioner = cluster.provisioner("csi-provisioner-0", &[]);
+    cluster
+        .driver
+        .wait_for_calls(Method::Probe, 2, SHORT)
+        .await
+        .unwrap();
+    provisioner.sigterm().await;
+    assert_eq!(provisioner.exit_code(AT_ONCE).await, Some(0));
+    assert_eq!(cluster.driver.call_count(Method::GetPluginInfo), 0);
+}
+
+#[tokio::test]
+async fn sigterm_while_waiting_for_the_lease_exits_0_at_once() {
+    let cluster = Cluster::start().await;
+    let le = [
+        "--leader-election",
+        "--leader-election-lease-duration=60s",
+        "--leader-election-renew-deadline=40s",
+        "--leader-election-retry-period=1s",
+    ];
+    let leader = cluster.provisioner("replica-a", &le);
+    leader.wait_logged("successfully acquired lease").await;
+    let mut standby = cluster.provisioner("replica-b", &le);
+    standby.wait_logged("new leader detected").await;
+    standby.sigterm().await;
+    assert_eq!(standby.exit_code(AT_ONCE).await, Some(0));
 }

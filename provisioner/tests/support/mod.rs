@@ -342,6 +342,27 @@ impl Provisioner {
         status.code()
     }
 
+    /// Sends SIGTERM, as kubelet does to stop the container.
+    pub(crate) async fn sigterm(&self) {
+        let pid = self.child.id().unwrap().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits until the log contains `line`: the positive signal that the process got there.
+    pub(crate) async fn wait_logged(&self, line: &str) {
+        eventually(
+            &format!("{line:?} in the {} log", self.name),
+            Duration::from_secs(20),
+            async || self.log().contains(line).then_some(()),
+        )
+        .await;
+    }
+
     pub(crate) fn kill(&mut self) {
         let _ = self.child.start_kill();
     }
