@@ -483,7 +483,7 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
                 tracing::info!(claim = %self.name(), "removed the selected node so the claim is rescheduled");
             }
             Err(err) => {
-                tracing::warn!(claim = %self.name(), error = csi_common::logging::error_chain(&err), "cannot remove the selected node annotation");
+                tracing::warn!(claim = %self.name(), error = csi_common::kube_client::error_text(&err), "cannot remove the selected node annotation");
             }
         }
     }

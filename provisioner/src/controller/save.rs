@@ -115,7 +115,7 @@ pub(crate) async fn store<D>(ctx: &Context<D>, pending: PendingVolume) {
         Ok(()) => saved(ctx, &pending),
         Err(err) => {
             let name = pending.volume.metadata.name.clone().unwrap_or_default();
-            tracing::error!(volume = %name, error = csi_common::logging::error_chain(&err), "Failed to save volume");
+            tracing::error!(volume = %name, error = csi_common::kube_client::error_text(&err), "Failed to save volume");
             ctx.unsaved.push(name, pending);
         }
     }
@@ -132,7 +132,7 @@ pub(crate) async fn worker<D: VolumeDriver>(ctx: Arc<Context<D>>) {
                     saved(&ctx, &pending);
                 }
                 Err(err) => {
-                    tracing::error!(volume = %name, error = csi_common::logging::error_chain(&err), "Failed to save volume");
+                    tracing::error!(volume = %name, error = csi_common::kube_client::error_text(&err), "Failed to save volume");
                     ctx.unsaved.queue.add_rate_limited(name.clone());
                 }
             }

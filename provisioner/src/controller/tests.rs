@@ -212,15 +212,20 @@ impl Harness {
     }
 
     async fn create_claim(&self, name: &str) -> PersistentVolumeClaim {
-        self.create_claim_with(name, true).await
+        self.create_claim_with(name, "fast", true).await
     }
 
     /// A claim no controller-manager has handed to our driver yet.
     async fn create_claim_unannotated(&self, name: &str) -> PersistentVolumeClaim {
-        self.create_claim_with(name, false).await
+        self.create_claim_with(name, "fast", false).await
     }
 
-    async fn create_claim_with(&self, name: &str, annotated: bool) -> PersistentVolumeClaim {
+    async fn create_claim_with(
+        &self,
+        name: &str,
+        class: &str,
+        annotated: bool,
+    ) -> PersistentVolumeClaim {
         let claim = PersistentVolumeClaim {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -235,7 +240,7 @@ impl Harness {
             },
             spec: Some(PersistentVolumeClaimSpec {
                 access_modes: Some(vec!["ReadWriteOnce".into()]),
-                storage_class_name: Some("fast".into()),
+                storage_class_name: Some(class.into()),
                 resources: Some(VolumeResourceRequirements {
                     requests: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
                     ..VolumeResourceRequirements::default()
@@ -495,6 +500,46 @@ async fn a_claim_deleted_while_create_volume_is_in_flight_does_not_leak_its_volu
     );
     tokio::time::sleep(MAX).await;
     assert!(h.volumes().get_opt(&pv_name).await.unwrap().is_none());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_missing_provisioner_secret_is_reported_in_client_go_words() {
+    let h = Harness::start(false).await;
+    let class = StorageClass {
+        metadata: ObjectMeta {
+            name: Some("secured".into()),
+            ..ObjectMeta::default()
+        },
+        provisioner: DRIVER.into(),
+        parameters: Some(BTreeMap::from([
+            (
+                crate::params::PREFIXED_PROVISIONER_SECRET_NAME_KEY.into(),
+                "absent".into(),
+            ),
+            (
+                crate::params::PREFIXED_PROVISIONER_SECRET_NAMESPACE_KEY.into(),
+                "default".into(),
+            ),
+        ])),
+        ..StorageClass::default()
+    };
+    Api::<StorageClass>::all(h.client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    h.create_claim_with("data", "secured", true).await;
+    let failed = eventually("ProvisioningFailed", async || {
+        h.events("ProvisioningFailed").await.into_iter().next()
+    })
+    .await;
+    // external-provisioner `getCredentials` wraps client-go's error, which prints the API
+    // server's Status message and nothing else.
+    assert_eq!(
+        failed.message.as_deref(),
+        Some(r#"error getting secret absent in namespace default: secrets "absent" not found"#)
+    );
+    assert!(h.driver.creates().is_empty());
     h.stop().await;
 }
 

@@ -69,7 +69,7 @@ async fn patch_or_retry<D>(ctx: &Context<D>, name: &str, patch: serde_json::Valu
         Err(err) => {
             tracing::warn!(
                 volume = name,
-                error = csi_common::logging::error_chain(&err),
+                error = csi_common::kube_client::error_text(&err),
                 "cannot update the volume's finalizers"
             );
             Outcome::Retry
@@ -169,7 +169,7 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 404 => {}
         Err(err) => {
-            tracing::warn!(volume = %name, error = csi_common::logging::error_chain(&err), "Failed to delete volume");
+            tracing::warn!(volume = %name, error = csi_common::kube_client::error_text(&err), "Failed to delete volume");
             return Outcome::Retry;
         }
     }
@@ -178,7 +178,7 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
     let current = ctx.stores.volume(&name);
     let patch = remove_finalizer_patch(current.as_deref().unwrap_or(volume));
     if let Err(err) = patch_volume(ctx, &name, &patch).await {
-        tracing::warn!(volume = %name, error = csi_common::logging::error_chain(&err), "cannot remove the provisioner finalizer");
+        tracing::warn!(volume = %name, error = csi_common::kube_client::error_text(&err), "cannot remove the provisioner finalizer");
         return Outcome::Retry;
     }
     // Events the DELETE and PATCH caused may still show the PV with our finalizer.
