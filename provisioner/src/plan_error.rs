@@ -181,14 +181,9 @@ pub enum PlanError {
     /// An access mode with no CSI equivalent.
     #[error(transparent)]
     AccessMode(AccessModeError),
-    /// The selected node no longer exists (upstream: the lib's Node lookup got NotFound).
-    #[error("node {} not found", go_quote(.node))]
-    SelectedNodeNotFound {
-        /// Node name from the selected-node annotation.
-        node: String,
-    },
     /// The selected node has no CSINode (deleted with its node, or the kubelet has not created it
-    /// yet): upstream v6.1 asks for a reschedule (#1437).
+    /// yet): upstream v6.1 asks for a reschedule (#1437). This is also how a deleted Node shows:
+    /// upstream never looks the Node itself up, and its CSINode goes with it.
     #[error(
         "failed to get selected CSINode {node}: csinode.storage.k8s.io {} not found",
         go_quote(.node)
@@ -237,9 +232,7 @@ impl PlanError {
             | Self::StripParameters(_)
             | Self::InvalidCsiPv => ProvisioningState::Finished,
             // The node the scheduler picked is gone: let it pick another.
-            Self::SelectedNodeNotFound { .. } | Self::SelectedCsiNodeNotFound { .. } => {
-                ProvisioningState::Reschedule
-            }
+            Self::SelectedCsiNodeNotFound { .. } => ProvisioningState::Reschedule,
             // Upstream returns NoChange for these: an earlier in-background attempt stays in
             // progress.
             Self::StorageClassNotFound { .. } | Self::Topology(_) | Self::Secret(_) => {
@@ -257,7 +250,6 @@ impl PlanError {
         match self {
             Self::StorageClassNotFound { .. }
             | Self::Topology(_)
-            | Self::SelectedNodeNotFound { .. }
             | Self::SelectedCsiNodeNotFound { .. } => false,
             Self::DataSourceRefNamespace
             | Self::DataSourceNameEmpty { .. }
@@ -426,10 +418,6 @@ mod tests {
                  populator will provision it",
             ),
             (
-                PlanError::SelectedNodeNotFound { node: "n1".into() },
-                r#"node "n1" not found"#,
-            ),
-            (
                 PlanError::SelectedCsiNodeNotFound { node: "n1".into() },
                 r#"failed to get selected CSINode n1: csinode.storage.k8s.io "n1" not found"#,
             ),
@@ -482,13 +470,6 @@ mod tests {
                 PlanError::SelectorNotSupported,
                 ProvisioningState::Finished,
                 true,
-                false,
-                true,
-            ),
-            (
-                PlanError::SelectedNodeNotFound { node: "n".into() },
-                ProvisioningState::Reschedule,
-                false,
                 false,
                 true,
             ),

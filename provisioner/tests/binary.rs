@@ -927,11 +927,14 @@ async fn a_claim_whose_selected_node_is_gone_is_rescheduled() {
         (!annotations.contains_key("volume.kubernetes.io/selected-node")).then_some(())
     })
     .await;
+    // Upstream never looks the Node up: the selected node's CSINode is what is missing
+    // (external-provisioner `topologyKeysLookup`, a lister NotFound).
     let failed = cluster.events("ProvisioningFailed").await;
     assert!(
-        failed
-            .iter()
-            .any(|e| e.message.as_deref() == Some("node \"ghost-node\" not found")),
+        failed.iter().any(|e| e.message.as_deref()
+            == Some(
+                r#"failed to get selected CSINode ghost-node: csinode.storage.k8s.io "ghost-node" not found"#
+            )),
         "{failed:?}"
     );
     assert_eq!(cluster.driver.call_count(Method::CreateVolume), 0);
