@@ -83,7 +83,10 @@ pub(crate) async fn sync<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> O
 /// deletionTimestamp only waits for its finalizers: upstream still provisions it (and the PV
 /// ends up Released), here it counts as gone, so a create in progress is cleaned up at once
 /// and no new volume is made for it.
-fn live_claim<D>(ctx: &Context<D>, key: &ClaimKey) -> Option<Arc<PersistentVolumeClaim>> {
+pub(crate) fn live_claim<D>(
+    ctx: &Context<D>,
+    key: &ClaimKey,
+) -> Option<Arc<PersistentVolumeClaim>> {
     ctx.stores
         .claim(&key.namespace, &key.name)
         .filter(|claim| claim.metadata.uid.as_deref() == Some(key.uid.as_str()))

@@ -117,6 +117,7 @@ struct Harness {
     server: ApiServer,
     client: kube::Client,
     driver: FakeDriver,
+    registry: prometheus::Registry,
     stop: Arc<Notify>,
     task: tokio::task::JoinHandle<Result<(), Error>>,
 }
@@ -178,6 +179,7 @@ impl Harness {
             server,
             client,
             driver,
+            registry,
             stop,
             task,
         };
@@ -279,6 +281,14 @@ impl Harness {
                 &kube::api::Patch::Merge(&patch),
             )
             .await;
+    }
+
+    /// The value of one series (`name{labels}` as rendered), 0 while it does not exist.
+    fn metric(&self, series: &str) -> f64 {
+        let text = csi_common::metrics::render(&self.registry).unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0.0, |value| value.parse().unwrap())
     }
 
     async fn events(&self, reason: &str) -> Vec<Event> {
@@ -540,6 +550,36 @@ async fn a_missing_provisioner_secret_is_reported_in_client_go_words() {
         Some(r#"error getting secret absent in namespace default: secrets "absent" not found"#)
     );
     assert!(h.driver.creates().is_empty());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_claim_deleted_before_its_pv_is_saved_gets_no_pv_and_its_volume_is_deleted() {
+    let h = Harness::start(false).await;
+    // The driver answers, but every PV create fails until the deletion has been seen: the
+    // answered volume waits in `unsavedpvs` while its claim goes away.
+    h.server
+        .faults()
+        .fail("create", "persistentvolumes", 500, usize::MAX);
+    let claim = h.create_claim("data").await;
+    let pv_name = format!("pvc-{}", uid(&claim));
+    eventually("the PV waiting to be saved", async || {
+        (h.metric(r#"workqueue_adds_total{name="unsavedpvs"}"#) >= 1.0).then_some(())
+    })
+    .await;
+    h.delete_claim("data").await;
+
+    let deletes = eventually("the volume deleted", async || {
+        let deletes = h.driver.deletes();
+        (!deletes.is_empty()).then_some(deletes)
+    })
+    .await;
+    assert_eq!(deletes[0].volume_id, format!("vol-{pv_name}"));
+    assert!(h.driver.volumes().is_empty());
+    // Deleting the volume ended the save: the PV is never written, whatever the API server does.
+    h.server.faults().clear();
+    assert!(h.volumes().get_opt(&pv_name).await.unwrap().is_none());
+    assert!(h.events("ProvisioningSucceeded").await.is_empty());
     h.stop().await;
 }
 

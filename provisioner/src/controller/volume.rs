@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::csi::VolumeDriver;
 use crate::decide::{PV_FINALIZER, VolumeStep, decide_volume, pv_class_name, volume_handle};
 use crate::events::{EventType, reference};
-use crate::secrets::deletion_secret;
+use crate::secrets::{DeletionSecretError, deletion_secret};
 
 use super::claim::Outcome;
 use super::{Context, secrets};
@@ -144,17 +144,8 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
             "persistentvolume {name} is still attached to node {node}"
         ));
     }
-    let class_object = ctx.stores.class(&class);
-    let secrets = match deletion_secret(volume, class_object.as_deref()) {
-        Ok(Some(secret)) => match secrets::fetch(&ctx.client, &secret).await {
-            Ok(data) => data,
-            Err(err) => {
-                // Upstream only logs this: the secret may be gone with its namespace.
-                tracing::warn!(volume = %name, error = csi_common::logging::error_chain(&err), "deleting without provisioner secret");
-                HashMap::default()
-            }
-        },
-        Ok(None) => HashMap::default(),
+    let secrets = match deletion_secrets(ctx, volume).await {
+        Ok(secrets) => secrets,
         Err(err) => return failed(csi_common::logging::error_chain(&err)),
     };
 
@@ -187,6 +178,31 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
     }
     ctx.metrics.deleted(&class, started.elapsed());
     Outcome::Done
+}
+
+/// The `secrets` of DeleteVolume for `volume` (spec §5 step 4e): the provisioner secret its
+/// annotations (or, for old PVs, its class) name. A secret that cannot be read is only logged
+/// and the volume deleted without it, as upstream does: it may be gone with its namespace.
+pub(crate) async fn deletion_secrets<D>(
+    ctx: &Context<D>,
+    volume: &PersistentVolume,
+) -> Result<HashMap<String, String>, DeletionSecretError> {
+    let class = ctx.stores.class(&pv_class_name(volume));
+    let Some(secret) = deletion_secret(volume, class.as_deref())? else {
+        return Ok(HashMap::default());
+    };
+    match secrets::fetch(&ctx.client, &secret).await {
+        Ok(data) => Ok(data),
+        Err(err) => {
+            let name = volume.metadata.name.as_deref().unwrap_or_default();
+            tracing::warn!(
+                volume = name,
+                error = csi_common::logging::error_chain(&err),
+                "deleting without provisioner secret"
+            );
+            Ok(HashMap::default())
+        }
+    }
 }
 
 #[cfg(test)]
