@@ -270,6 +270,36 @@ impl PlanError {
         }
     }
 
+    /// Whether the claim is left alone after the `ProvisioningFailed` Event until it changes,
+    /// instead of being retried with backoff. Only for features this provisioner does not
+    /// implement: no amount of retrying makes them supported, and docs/compatibility.md calls
+    /// the refusal final, so a backoff retry would only repeat the Event (six a minute at first
+    /// with the default backoff). Upstream retries every other failure, final or not, because
+    /// the objects involved do get fixed.
+    pub fn waits_for_change(&self) -> bool {
+        match self {
+            Self::NotSupported(_) => true,
+            Self::StorageClassNotFound { .. }
+            | Self::DataSourceRefNamespace
+            | Self::DataSourceNameEmpty { .. }
+            | Self::SnapshotApiGroup { .. }
+            | Self::ExternalPopulator { .. }
+            | Self::MissingCapability(_)
+            | Self::SelectorNotSupported
+            | Self::EmptyVolumeNamePrefix
+            | Self::MissingUid
+            | Self::UuidLengthOutOfRange { .. }
+            | Self::FsType(_)
+            | Self::StorageRequest { .. }
+            | Self::AccessMode(_)
+            | Self::SelectedCsiNodeNotFound { .. }
+            | Self::Topology(_)
+            | Self::Secret(_)
+            | Self::StripParameters(_)
+            | Self::InvalidCsiPv => false,
+        }
+    }
+
     /// Upstream's `IgnoredError`: stop working on the claim without a `ProvisioningFailed`
     /// Event and without a retry (the claim is picked up again when it changes).
     pub fn is_ignored(&self) -> bool {
@@ -457,6 +487,7 @@ mod tests {
             let err = PlanError::NotSupported(feature);
             assert!(err.event_message().contains("not supported yet"), "{err}");
             assert!(err.is_final());
+            assert!(err.waits_for_change(), "{err}");
             assert_eq!(err.state(), ProvisioningState::Finished);
             assert!(err.emits_event());
         }
@@ -510,6 +541,10 @@ mod tests {
             ),
         ];
         for (err, state, is_final, ignored, event) in cases {
+            assert!(
+                !err.waits_for_change(),
+                "{err}: retried with backoff, as upstream"
+            );
             assert_eq!(err.state(), state, "{err}");
             assert_eq!(err.is_final(), is_final, "{err}");
             assert_eq!(err.is_ignored(), ignored, "{err}");

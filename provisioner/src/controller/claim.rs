@@ -422,7 +422,12 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
             self.ctx.metrics.provision_failed(&class, &source);
             return self.settle(err.state()).await;
         }
-        self.failed(&message, err.state()).await
+        let outcome = self.failed(&message, err.state()).await;
+        if err.waits_for_change() {
+            // Final for real: the next attempt comes when the claim is edited.
+            return Outcome::Done;
+        }
+        outcome
     }
 
     /// A failure with `state`: Warning Event, metric, state transition, backoff.
