@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, Metric, MetricFamily, MetricType};
-use prometheus::{Encoder, HistogramOpts, HistogramVec, Registry, TextEncoder};
+use prometheus::{HistogramOpts, HistogramVec, Registry};
 
 use crate::status;
+
+mod text;
 
 /// Name of the CSI operations histogram.
 pub const OPERATIONS_METRIC: &str = "csi_sidecar_operations_seconds";
@@ -161,17 +163,13 @@ impl CsiMetrics {
     }
 }
 
-/// Renders every family of `registry` in the Prometheus text format upstream serves.
+/// Renders every family of `registry` in the Prometheus text format upstream serves, numbers
+/// and bucket bounds written as Go writes them (`le="1e-05"`, `1.79527530232e+09`).
 ///
 /// # Errors
-/// If a family cannot be encoded (a programming error, e.g. an invalid label value).
+/// None today: the `Result` keeps callers ready for an encoder that can fail.
 pub fn render(registry: &Registry) -> Result<String> {
-    let mut buf = Vec::new();
-    TextEncoder::new()
-        .encode(&registry.gather(), &mut buf)
-        .map_err(Error::Encode)?;
-    // The text encoder only writes UTF-8.
-    Ok(String::from_utf8_lossy(&buf).into_owned())
+    Ok(text::encode(&registry.gather()))
 }
 
 /// Reads the process metrics from procfs at every scrape, like Prometheus' Go process collector.

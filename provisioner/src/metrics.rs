@@ -382,7 +382,7 @@ mod tests {
             "workqueue_adds_total{name=\"claims\"} 1",
             "workqueue_retries_total{name=\"claims\"} 1",
             "workqueue_queue_duration_seconds_bucket{name=\"claims\",le=\"1\"} 1",
-            "workqueue_queue_duration_seconds_bucket{name=\"claims\",le=\"0.00000001\"} 0",
+            "workqueue_queue_duration_seconds_bucket{name=\"claims\",le=\"1e-08\"} 0",
             "workqueue_unfinished_work_seconds{name=\"claims\"} 3.5",
             "workqueue_longest_running_processor_seconds{name=\"claims\"} 2",
             "workqueue_longest_running_processor_seconds{name=\"volumes\"} 0",
