@@ -30,7 +30,7 @@ use csi_common::connection::{self, ConnectOptions, Connection, ConnectionLoss};
 use csi_common::http::{self as diagnostics, HealthCheck};
 use csi_common::kube_client::{self, KubeClientConfig, RateLimitLayer};
 use csi_common::leader::{self, LeaderElectionConfig, LeaderElector};
-use csi_common::metrics::{CsiMetrics, ProcessMetrics};
+use csi_common::metrics::{CsiMetrics, ProcessMetrics, ScrapeMetrics};
 use csi_common::{identity, logging};
 use k8s_openapi::jiff::Timestamp;
 
@@ -136,8 +136,11 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let client = kube_client(&config, &environment).await?;
 
-    let metrics =
-        CsiMetrics::new(ProcessMetrics::Full).map_err(|e| RunError::Metrics(Box::new(e)))?;
+    let metrics = CsiMetrics::with_scrape_metrics(
+        ProcessMetrics::FullPlainStartTime,
+        ScrapeMetrics::Promhttp,
+    )
+    .map_err(|e| RunError::Metrics(Box::new(e)))?;
     let options = ConnectOptions::default()
         .with_call_timeout(config.timeout)
         .with_call_logging(config.log_grpc_calls);

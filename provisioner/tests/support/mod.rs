@@ -186,6 +186,27 @@ impl Cluster {
         (claim, volume)
     }
 
+    /// Waits until PV `name` no longer exists.
+    pub(crate) async fn volume_gone(&self, name: &str, timeout: Duration) {
+        eventually(&format!("PV {name} gone"), timeout, async || {
+            self.volumes()
+                .get_opt(name)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// Waits for the first Event with `reason`.
+    pub(crate) async fn first_event(&self, reason: &str, timeout: Duration) -> Event {
+        eventually(&format!("a {reason} Event"), timeout, async || {
+            self.events(reason).await.into_iter().next()
+        })
+        .await
+    }
+
     pub(crate) async fn events(&self, reason: &str) -> Vec<Event> {
         Api::<Event>::namespaced(self.client.clone(), NAMESPACE)
             .list(&ListParams::default())
