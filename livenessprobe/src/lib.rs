@@ -147,9 +147,11 @@ async fn driver_name(config: &Config, metrics: &CsiMetrics) -> Result<String, Er
         .with_connect_timeout(None)
         .with_call_timeout(ConnectOptions::NO_CALL_TIMEOUT)
         .with_call_logging(config.log_grpc_calls);
-    let (conn, _loss) = connection::connect(&config.csi_address, options, metrics.clone())
+    let (conn, loss) = connection::connect(&config.csi_address, options, metrics.clone())
         .await
         .map_err(Error::Connect)?;
+    // Used for this one call: a driver that goes away meanwhile fails the call, no more.
+    loss.expect_close();
     let info = identity::plugin_info(&conn, ConnectOptions::NO_CALL_TIMEOUT)
         .await
         .map_err(Error::DriverName)?;
@@ -204,12 +206,16 @@ impl Prober {
             .with_connect_timeout(Some(self.timeout))
             .with_call_timeout(self.timeout)
             .with_call_logging(self.log_calls);
-        let (conn, _loss) = connection::connect(&self.address, options, self.metrics.clone())
+        let (conn, loss) = connection::connect(&self.address, options, self.metrics.clone())
             .await
             .map_err(|err| match err {
                 connection::Error::ConnectTimeout { .. } => DEADLINE_EXCEEDED.to_owned(),
                 connection::Error::InvalidAddress { .. } => csi_common::logging::error_chain(&err),
             })?;
+        // A connection for one Probe: the driver going away during it is what the 500 reports,
+        // not a "Lost connection" error (upstream's probe connection never re-dials, so it
+        // never logs one).
+        loss.expect_close();
         identity::probe(&conn, self.timeout)
             .await
             .map_err(|err| match &err {

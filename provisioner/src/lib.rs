@@ -151,6 +151,16 @@ pub async fn run(
         }
         () = shutdown.clone() => return Ok(()),
     };
+    // Kubelet stops the driver container together with ours: from SIGTERM on, the driver going
+    // away is the shutdown, not a lost connection (no error, no exit 1).
+    let shutdown = {
+        let loss = loss.clone();
+        futures::FutureExt::shared(Box::pin(async move {
+            shutdown.await;
+            loss.expect_close();
+            tracing::debug!("shutting down: the CSI driver may stop with us");
+        }))
+    };
     let driver = tokio::select! {
         driver = discover(&connection, config.timeout, &metrics) => driver?,
         () = loss.clone() => return Err(RunError::ConnectionLost),

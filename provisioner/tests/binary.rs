@@ -1075,3 +1075,29 @@ async fn metric_families_are_upstreams_but_for_the_declared_ones() {
     assert_eq!(served(&second, "500"), Some(0));
     assert_eq!(served(&second, "503"), Some(0));
 }
+
+#[tokio::test]
+async fn a_driver_stopping_after_sigterm_is_a_shutdown_not_a_lost_connection() {
+    let cluster = Cluster::start().await;
+    // A CreateVolume still running keeps the connection busy through the shutdown.
+    cluster
+        .driver
+        .inject(Fault::delay(Method::CreateVolume, Duration::from_mins(1)).on(When::Nth(1)));
+    cluster.create_class(class("fast", "Immediate")).await;
+    let mut provisioner = cluster.provisioner("csi-provisioner-0", &[]);
+    cluster.create_claim("busy", "fast", "1Mi").await;
+    cluster
+        .driver
+        .wait_for_calls(Method::CreateVolume, 1, SHORT)
+        .await
+        .unwrap();
+    provisioner.sigterm().await;
+    provisioner
+        .wait_logged("shutting down: the CSI driver may stop with us")
+        .await;
+    // In a pod the driver container gets its SIGTERM at the same moment and goes away.
+    cluster.driver.stop().await.unwrap();
+    assert_eq!(provisioner.exit_code(SHORT).await, Some(0));
+    let log = provisioner.log();
+    assert!(!log.contains("Lost connection"), "{log}");
+}
