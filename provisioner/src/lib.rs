@@ -347,7 +347,7 @@ async fn kube_client(config: &Config, environment: &Environment) -> Result<kube:
         kubeconfig_env: environment.kubeconfig_env.clone(),
         qps: config.kube.qps,
         burst: config.kube.burst,
-        user_agent: format!("csi-provisioner/v{}", env!("CARGO_PKG_VERSION")),
+        user_agent: format!("csi-provisioner/{}", csi_common::version::version()),
     };
     let Some(master) = &config.kube.master else {
         return kube_client::client(&client_config)

@@ -1101,3 +1101,21 @@ async fn a_driver_stopping_after_sigterm_is_a_shutdown_not_a_lost_connection() {
     let log = provisioner.log();
     assert!(!log.contains("Lost connection"), "{log}");
 }
+
+#[tokio::test]
+async fn version_is_the_crate_version_and_the_git_revision() {
+    let output = tokio::process::Command::new(BIN)
+        .arg("--version")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let expected = testbed::version::expected(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        env!("CARGO_PKG_VERSION"),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("{BIN} {expected}\n")
+    );
+}

@@ -515,7 +515,13 @@ async fn version_prints_argv0_and_the_version_with_either_dash_form() {
         assert_eq!(code, Some(0), "{flag}");
         assert_eq!(
             stdout,
-            format!("{BIN} v{}\n", env!("CARGO_PKG_VERSION")),
+            format!(
+                "{BIN} {}\n",
+                testbed::version::expected(
+                    Path::new(env!("CARGO_MANIFEST_DIR")),
+                    env!("CARGO_PKG_VERSION")
+                )
+            ),
             "{flag}"
         );
     }
