@@ -18,7 +18,8 @@ fn main() {
         return;
     }
     // HEAD itself (a checkout), the branch it points at (a commit) and the packed refs (a
-    // branch that was packed). `--git-path` also finds them inside a git worktree.
+    // branch that was packed). `--git-path` also finds them inside a git worktree. Only files
+    // that exist: cargo reruns a build script at every build while a watched path is missing.
     let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
     watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
     for name in watched {
@@ -29,7 +30,9 @@ fn main() {
             } else {
                 manifest_dir().join(path)
             };
-            println!("cargo:rerun-if-changed={}", path.display());
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
         }
     }
 }
