@@ -18,6 +18,10 @@
 //!   ignored (livenessprobe, registrar: the channel simply reconnects) is the binary's decision.
 //!   tonic re-dials when the next call needs the connection, so a loss is noticed by the first
 //!   call after the driver went away.
+//! - A shutdown is not a loss: once the binary calls [`ConnectionLoss::expect_close`] (on
+//!   SIGTERM, which kubelet sends the driver container at the same moment, or at once for a
+//!   single-use connection), the connection ending is logged at debug level only and the loss
+//!   signal stays unresolved.
 //! - Every call runs through [`crate::rpc_log`]: deadline, metrics and `-v=5` call logging.
 
 use std::fmt;
@@ -26,6 +30,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -273,23 +278,37 @@ impl Connection {
 /// same loss.
 pub struct ConnectionLoss {
     lost: watch::Receiver<bool>,
+    close_expected: Arc<AtomicBool>,
     wait: Option<BoxFuture<'static, ()>>,
 }
 
 impl ConnectionLoss {
-    fn new(lost: watch::Receiver<bool>) -> Self {
-        Self { lost, wait: None }
+    fn new(lost: watch::Receiver<bool>, close_expected: Arc<AtomicBool>) -> Self {
+        Self {
+            lost,
+            close_expected,
+            wait: None,
+        }
     }
 
     /// Whether the connection has been lost by now.
     pub fn is_lost(&self) -> bool {
         *self.lost.borrow()
     }
+
+    /// Declares that from now on the connection ending is expected, not a loss: the process is
+    /// shutting down (the driver stops with us), or the connection serves one call whose own
+    /// failure is the report. The end is logged at debug level, not as the "Lost connection"
+    /// error, and this signal (and every clone) stays unresolved. A loss reported before this
+    /// call stays reported.
+    pub fn expect_close(&self) {
+        self.close_expected.store(true, Ordering::SeqCst);
+    }
 }
 
 impl Clone for ConnectionLoss {
     fn clone(&self) -> Self {
-        Self::new(self.lost.clone())
+        Self::new(self.lost.clone(), Arc::clone(&self.close_expected))
     }
 }
 
@@ -340,13 +359,16 @@ pub async fn connect(
 ) -> Result<(Connection, ConnectionLoss)> {
     let start = Instant::now();
     let (loss_sender, loss_receiver) = watch::channel(false);
-    let loss_sender = Arc::new(loss_sender);
+    let loss = LossReport {
+        sender: Arc::new(loss_sender),
+        close_expected: Arc::new(AtomicBool::new(false)),
+    };
     // klog V(5), TRACE here (crate::logging).
     tracing::trace!(address = %address, "Connecting");
 
     let in_use = Arc::new(());
     let watch_in_use = Arc::downgrade(&in_use);
-    let dial = dial_until_connected(address, &loss_sender, &watch_in_use);
+    let dial = dial_until_connected(address, &loss, &watch_in_use);
     tokio::pin!(dial);
     let give_up = async {
         match options.connect_timeout.and_then(|t| start.checked_add(t)) {
@@ -377,7 +399,10 @@ pub async fn connect(
         address: address.clone(),
         _in_use: in_use,
     };
-    Ok((connection, ConnectionLoss::new(loss_receiver)))
+    Ok((
+        connection,
+        ConnectionLoss::new(loss_receiver, Arc::clone(&loss.close_expected)),
+    ))
 }
 
 /// One plain connection to a local unix socket: no waiting, retries, metrics, call logging or
@@ -403,7 +428,7 @@ pub async fn dial_once(path: &Path) -> std::result::Result<Channel, tonic::trans
 /// attempts.
 async fn dial_until_connected(
     address: &CsiAddress,
-    loss: &Arc<watch::Sender<bool>>,
+    loss: &LossReport,
     in_use: &Weak<()>,
 ) -> Channel {
     // The URI only supplies :authority; grpc-go uses "localhost" for unix targets.
@@ -414,7 +439,7 @@ async fn dial_until_connected(
         // handshake then failed must not count as "have connected" for the next attempt.
         let dialer = Arc::new(Dialer {
             address: address.clone(),
-            loss: Arc::clone(loss),
+            loss: loss.clone(),
             in_use: in_use.clone(),
             state: Mutex::new(DialState::default()),
         });
@@ -437,11 +462,18 @@ async fn dial_until_connected(
     }
 }
 
+/// Where a dialer reports a loss: the signal, and whether a close is expected by now.
+#[derive(Clone)]
+struct LossReport {
+    sender: Arc<watch::Sender<bool>>,
+    close_expected: Arc<AtomicBool>,
+}
+
 /// The unix-socket dialer behind one channel; it is where a connection loss shows (csi-lib-utils'
 /// custom dialer with `haveConnected` / `lostConnection`).
 struct Dialer {
     address: CsiAddress,
-    loss: Arc<watch::Sender<bool>>,
+    loss: LossReport,
     in_use: Weak<()>,
     state: Mutex<DialState>,
 }
@@ -477,13 +509,18 @@ impl Dialer {
         })
     }
 
-    /// Logs and signals a lost connection, once per established connection.
+    /// Logs and signals a lost connection, once per established connection; after
+    /// [`ConnectionLoss::expect_close`] only notes the close.
     fn report_loss(&self) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.have_connected && !state.lost {
-            tracing::error!(address = %self.address, "Lost connection");
             state.lost = true;
-            self.loss.send_replace(true);
+            if self.loss.close_expected.load(Ordering::SeqCst) {
+                tracing::debug!(address = %self.address, "Connection closed during shutdown");
+                return;
+            }
+            tracing::error!(address = %self.address, "Lost connection");
+            self.loss.sender.send_replace(true);
         }
     }
 }

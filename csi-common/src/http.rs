@@ -73,7 +73,7 @@ pub fn router(metrics: Option<(CsiMetrics, &str)>, leader_election: Option<Healt
 }
 
 fn render_metrics(metrics: &CsiMetrics) -> Response {
-    match metrics.render() {
+    match metrics.scrape() {
         Ok(body) => ([(header::CONTENT_TYPE, TEXT_CONTENT_TYPE)], body).into_response(),
         Err(err) => {
             tracing::error!(error = %err, "cannot render metrics");

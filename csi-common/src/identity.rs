@@ -19,7 +19,7 @@ use proto::csi::v1::{
     ControllerGetCapabilitiesRequest, GetPluginCapabilitiesRequest, GetPluginInfoRequest,
     GroupControllerGetCapabilitiesRequest, NodeGetCapabilitiesRequest, ProbeRequest,
 };
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::MissedTickBehavior;
 use tonic::{Code, Status};
 
 use crate::capabilities::{
@@ -119,8 +119,9 @@ pub async fn probe(conn: &Connection, timeout: Duration) -> Result<ProbeOutcome>
 
 /// Probes the driver until it is ready (csi-lib-utils `rpc.ProbeForever`).
 ///
-/// Probes every [`PROBE_INTERVAL`], the first one after one interval as upstream's ticker does,
-/// each with `attempt_timeout`, logging "Probing CSI driver for readiness" before each attempt.
+/// Probes at once and then every [`PROBE_INTERVAL`] (upstream probes before it first waits for
+/// its ticker), each with `attempt_timeout`, logging "Probing CSI driver for readiness" before
+/// each attempt.
 /// A timed-out attempt ("CSI driver probe timed out") and `ready=false` ("CSI driver is not
 /// ready") are retried without limit; drop the future to stop waiting.
 ///
@@ -128,7 +129,9 @@ pub async fn probe(conn: &Connection, timeout: Duration) -> Result<ProbeOutcome>
 /// The first [`Error::Call`] with any code other than `DeadlineExceeded` (upstream treats it as
 /// fatal).
 pub async fn probe_until_ready(conn: &Connection, attempt_timeout: Duration) -> Result<()> {
-    let mut ticker = tokio::time::interval_at(Instant::now() + PROBE_INTERVAL, PROBE_INTERVAL);
+    // The first tick is immediate: a ready driver is found without any wait, which is most of
+    // a sidecar's start-to-ready time.
+    let mut ticker = tokio::time::interval(PROBE_INTERVAL);
     // Go's ticker keeps one missed tick: after a slow probe the next one follows at once.
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {

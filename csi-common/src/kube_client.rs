@@ -79,6 +79,64 @@ pub enum Error {
 /// Result type of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A failed Kubernetes API request, displayed the way client-go prints it.
+///
+/// Event and condition messages quote API errors, and alert rules match upstream's text. For an
+/// error the API server answered with a `Status`, client-go's `StatusError.Error()` is the
+/// Status message alone (`secrets "x" not found`), while `kube::Error`'s own `Display` adds
+/// `ApiError:`, the reason and a `Debug` dump of the whole Status. Any other error (transport,
+/// TLS, a response that does not decode) is shown with its causes joined by `": "`, as Go's
+/// wrapped errors read. The text is complete, so [`std::error::Error::source`] is `None` and a
+/// chain reporter does not repeat it.
+#[derive(Debug)]
+pub struct KubeError(pub kube::Error);
+
+impl KubeError {
+    /// The HTTP status code the API server answered with, if it answered.
+    pub fn code(&self) -> Option<u16> {
+        match &self.0 {
+            kube::Error::Api(status) => Some(status.code),
+            _ => None,
+        }
+    }
+}
+
+impl From<kube::Error> for KubeError {
+    fn from(err: kube::Error) -> Self {
+        Self(err)
+    }
+}
+
+impl fmt::Display for KubeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&error_text(&self.0))
+    }
+}
+
+/// The text of [`KubeError`] for a borrowed error (for logging errors that wrap a
+/// `kube::Error`, such as kube-runtime's watcher errors).
+pub fn error_text(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) => status_text(status),
+        other => crate::logging::error_chain(other),
+    }
+}
+
+/// What client-go prints for an error `Status` the API server sent: its message, or for a
+/// Status without one, client-go `NewGenericServerResponse`'s fallback.
+pub fn status_text(status: &kube::core::Status) -> String {
+    if status.message.is_empty() {
+        format!(
+            "the server responded with the status code {} but did not return more information",
+            status.code
+        )
+    } else {
+        status.message.clone()
+    }
+}
+
+impl std::error::Error for KubeError {}
+
 /// Where to find the API server and how fast to talk to it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KubeClientConfig {
@@ -325,6 +383,41 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kube_errors_read_as_client_go_prints_them() {
+        let status = |code: u16, message: &str| {
+            KubeError(kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                message: message.to_owned(),
+                reason: "NotFound".to_owned(),
+                ..kube::core::Status::default()
+            })))
+        };
+        let cases = [
+            (
+                status(404, r#"secrets "x" not found"#),
+                r#"secrets "x" not found"#,
+            ),
+            (
+                status(500, ""),
+                "the server responded with the status code 500 but did not return more information",
+            ),
+            (
+                KubeError(kube::Error::LinesCodecMaxLineLengthExceeded),
+                "Error finding newline character",
+            ),
+        ];
+        for (err, want) in cases {
+            assert_eq!(crate::logging::error_chain(&err), want);
+            assert!(!err.to_string().contains("Status {"), "{err}");
+        }
+        assert_eq!(status(404, "gone").code(), Some(404));
+        assert_eq!(
+            KubeError(kube::Error::LinesCodecMaxLineLengthExceeded).code(),
+            None
+        );
+    }
 
     fn config(kubeconfig: Option<&str>, env: Option<&str>) -> KubeClientConfig {
         KubeClientConfig {

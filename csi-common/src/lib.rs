@@ -1,7 +1,7 @@
 //! What every CSI sidecar shares: the driver connection over a unix socket, identity calls and
 //! readiness probing, gRPC status classification, CSI call metrics and logging, the diagnostics
 //! HTTP server, Lease-based leader election, command-line flags, logging set-up, the Kubernetes
-//! client and shutdown signals.
+//! client, shutdown signals and the version string.
 //!
 //! Rust counterpart of kubernetes-csi/csi-lib-utils. Nothing in this crate reads the process
 //! environment on its own, parses argv, or exits the process: binaries pass values in and decide
@@ -23,3 +23,4 @@ pub mod rpc_log;
 pub mod runtime;
 pub mod shutdown;
 pub mod status;
+pub mod version;

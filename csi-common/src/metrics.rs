@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, Metric, MetricFamily, MetricType};
-use prometheus::{Encoder, HistogramOpts, HistogramVec, Registry, TextEncoder};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::status;
+
+mod text;
 
 /// Name of the CSI operations histogram.
 pub const OPERATIONS_METRIC: &str = "csi_sidecar_operations_seconds";
@@ -39,6 +41,8 @@ pub const TEXT_CONTENT_TYPE: &str =
 const OPERATIONS_HELP: &str =
     "[ALPHA] Container Storage Interface operation duration with gRPC error code status total";
 const START_TIME_HELP: &str = "[ALPHA] Start time of the process since unix epoch in seconds.";
+// The Go process collector's own text.
+const PLAIN_START_TIME_HELP: &str = "Start time of the process since unix epoch in seconds.";
 
 /// Which process metrics a sidecar exposes.
 ///
@@ -51,8 +55,26 @@ pub enum ProcessMetrics {
     /// Only `process_start_time_seconds` (livenessprobe).
     #[default]
     StartTimeOnly,
-    /// The full `process_*` set of the Go process collector (controller sidecars).
+    /// The full `process_*` set of the Go process collector, with the start time under
+    /// csi-lib-utils' `[ALPHA]` help, whose registry comes first in csi-attacher and
+    /// csi-resizer.
     Full,
+    /// The full set with the start time under the Go process collector's plain help: in
+    /// csi-provisioner the default Prometheus registry comes first among the merged gatherers,
+    /// and the first registry wins on a duplicate family.
+    FullPlainStartTime,
+}
+
+/// Whether scrapes are counted, as client_golang's `promhttp.InstrumentMetricHandler` does for
+/// csi-provisioner (the only sidecar that wraps its handler with it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScrapeMetrics {
+    /// No scrape metrics.
+    #[default]
+    Off,
+    /// `promhttp_metric_handler_requests_total{code}` (a scrape counts once answered) and
+    /// `promhttp_metric_handler_requests_in_flight` (the one being answered included).
+    Promhttp,
 }
 
 /// Errors building the metrics registry.
@@ -81,6 +103,43 @@ struct Inner {
     registry: Registry,
     operations: HistogramVec,
     driver_name: RwLock<String>,
+    scrapes: Option<Scrapes>,
+}
+
+/// promhttp's handler metrics.
+#[derive(Debug)]
+struct Scrapes {
+    total: IntCounterVec,
+    in_flight: IntGauge,
+}
+
+impl Scrapes {
+    fn register(registry: &Registry) -> Result<Self> {
+        let total = IntCounterVec::new(
+            Opts::new(
+                "promhttp_metric_handler_requests_total",
+                "Total number of scrapes by HTTP status code.",
+            ),
+            &["code"],
+        )
+        .map_err(Error::Register)?;
+        // promhttp creates these three series up front, so they are scraped as 0.
+        for code in ["200", "500", "503"] {
+            total.with_label_values(&[code]);
+        }
+        let in_flight = IntGauge::new(
+            "promhttp_metric_handler_requests_in_flight",
+            "Current number of scrapes being served.",
+        )
+        .map_err(Error::Register)?;
+        registry
+            .register(Box::new(total.clone()))
+            .map_err(Error::Register)?;
+        registry
+            .register(Box::new(in_flight.clone()))
+            .map_err(Error::Register)?;
+        Ok(Self { total, in_flight })
+    }
 }
 
 impl CsiMetrics {
@@ -89,6 +148,14 @@ impl CsiMetrics {
     /// # Errors
     /// Only if registration fails, which would be a programming error (duplicate families).
     pub fn new(process: ProcessMetrics) -> Result<Self> {
+        Self::with_scrape_metrics(process, ScrapeMetrics::Off)
+    }
+
+    /// [`CsiMetrics::new`], plus the scrape metrics `scrapes` asks for.
+    ///
+    /// # Errors
+    /// Only if registration fails, which would be a programming error (duplicate families).
+    pub fn with_scrape_metrics(process: ProcessMetrics, scrapes: ScrapeMetrics) -> Result<Self> {
         let registry = Registry::new();
         let operations = HistogramVec::new(
             HistogramOpts::new(OPERATIONS_METRIC, OPERATIONS_HELP)
@@ -102,11 +169,16 @@ impl CsiMetrics {
         registry
             .register(Box::new(ProcessCollector::new(process)))
             .map_err(Error::Register)?;
+        let scrapes = match scrapes {
+            ScrapeMetrics::Off => None,
+            ScrapeMetrics::Promhttp => Some(Scrapes::register(&registry)?),
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 registry,
                 operations,
                 driver_name: RwLock::new(UNKNOWN_DRIVER.to_owned()),
+                scrapes,
             }),
         })
     }
@@ -159,19 +231,32 @@ impl CsiMetrics {
     pub fn render(&self) -> Result<String> {
         render(&self.inner.registry)
     }
+
+    /// Renders for one HTTP scrape: [`CsiMetrics::render`], counted in the scrape metrics when
+    /// they are on.
+    ///
+    /// # Errors
+    /// As [`CsiMetrics::render`]; such a scrape counts as a 500.
+    pub fn scrape(&self) -> Result<String> {
+        let Some(scrapes) = &self.inner.scrapes else {
+            return self.render();
+        };
+        scrapes.in_flight.inc();
+        let rendered = self.render();
+        scrapes.in_flight.dec();
+        let code = if rendered.is_ok() { "200" } else { "500" };
+        scrapes.total.with_label_values(&[code]).inc();
+        rendered
+    }
 }
 
-/// Renders every family of `registry` in the Prometheus text format upstream serves.
+/// Renders every family of `registry` in the Prometheus text format upstream serves, numbers
+/// and bucket bounds written as Go writes them (`le="1e-05"`, `1.79527530232e+09`).
 ///
 /// # Errors
-/// If a family cannot be encoded (a programming error, e.g. an invalid label value).
+/// None today: the `Result` keeps callers ready for an encoder that can fail.
 pub fn render(registry: &Registry) -> Result<String> {
-    let mut buf = Vec::new();
-    TextEncoder::new()
-        .encode(&registry.gather(), &mut buf)
-        .map_err(Error::Encode)?;
-    // The text encoder only writes UTF-8.
-    Ok(String::from_utf8_lossy(&buf).into_owned())
+    Ok(text::encode(&registry.gather()))
 }
 
 /// Reads the process metrics from procfs at every scrape, like Prometheus' Go process collector.
@@ -213,8 +298,8 @@ const PROCESS_FAMILIES: [(&str, &str, MetricType); 9] = [
         "Resident memory size in bytes.",
         MetricType::GAUGE,
     ),
-    // The first registry wins on duplicates upstream, and csi-lib-utils' own registry (with the
-    // ALPHA help) comes first.
+    // The help depends on which registry upstream gathers first (see `ProcessMetrics`);
+    // `ProcessCollector::help` picks it.
     (
         "process_start_time_seconds",
         START_TIME_HELP,
@@ -238,7 +323,7 @@ impl ProcessCollector {
             .filter_map(|(name, help, _)| {
                 Desc::new(
                     (*name).to_owned(),
-                    (*help).to_owned(),
+                    Self::help(which, name, help).to_owned(),
                     vec![],
                     std::collections::HashMap::default(),
                 )
@@ -248,11 +333,19 @@ impl ProcessCollector {
         Self { which, descs }
     }
 
+    fn help(which: ProcessMetrics, name: &str, help: &'static str) -> &'static str {
+        if which == ProcessMetrics::FullPlainStartTime && name == "process_start_time_seconds" {
+            PLAIN_START_TIME_HELP
+        } else {
+            help
+        }
+    }
+
     fn families(
         which: ProcessMetrics,
     ) -> impl Iterator<Item = &'static (&'static str, &'static str, MetricType)> {
         PROCESS_FAMILIES.iter().filter(move |(name, _, _)| {
-            which == ProcessMetrics::Full || *name == "process_start_time_seconds"
+            which != ProcessMetrics::StartTimeOnly || *name == "process_start_time_seconds"
         })
     }
 }
@@ -279,7 +372,7 @@ impl Collector for ProcessCollector {
                 }
                 let mut family = MetricFamily::default();
                 family.set_name((*name).to_owned());
-                family.set_help((*help).to_owned());
+                family.set_help(Self::help(self.which, name, help).to_owned());
                 family.set_field_type(*kind);
                 family.set_metric(vec![metric]);
                 Some(family)
@@ -575,6 +668,42 @@ mod tests {
             .parse()
             .unwrap();
         assert!(rss > 0.0);
+    }
+
+    #[test]
+    fn the_provisioners_start_time_has_the_plain_help() {
+        let text = CsiMetrics::new(ProcessMetrics::FullPlainStartTime)
+            .unwrap()
+            .render()
+            .unwrap();
+        assert!(text.contains(
+            "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+        ));
+        assert_eq!(text.matches("# TYPE process_").count(), 9, "{text}");
+    }
+
+    #[test]
+    fn promhttp_counts_answered_scrapes_and_the_one_in_flight() {
+        let metrics =
+            CsiMetrics::with_scrape_metrics(ProcessMetrics::StartTimeOnly, ScrapeMetrics::Promhttp)
+                .unwrap();
+        let first = metrics.scrape().unwrap();
+        for line in [
+            "# HELP promhttp_metric_handler_requests_in_flight Current number of scrapes being served.",
+            "# TYPE promhttp_metric_handler_requests_in_flight gauge",
+            "promhttp_metric_handler_requests_in_flight 1",
+            "# HELP promhttp_metric_handler_requests_total Total number of scrapes by HTTP status code.",
+            "# TYPE promhttp_metric_handler_requests_total counter",
+            "promhttp_metric_handler_requests_total{code=\"200\"} 0",
+            "promhttp_metric_handler_requests_total{code=\"500\"} 0",
+            "promhttp_metric_handler_requests_total{code=\"503\"} 0",
+        ] {
+            assert!(first.lines().any(|l| l == line), "{line:?} in\n{first}");
+        }
+        let second = metrics.scrape().unwrap();
+        assert!(second.contains("promhttp_metric_handler_requests_total{code=\"200\"} 1\n"));
+        let off = CsiMetrics::new(ProcessMetrics::StartTimeOnly).unwrap();
+        assert!(!off.scrape().unwrap().contains("promhttp"));
     }
 
     #[test]

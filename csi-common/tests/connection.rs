@@ -368,14 +368,20 @@ async fn calls_to_a_vanished_driver_are_recorded_as_unavailable() {
     assert!(!text.contains("unknown-non-grpc"), "{text}");
 }
 
-#[tokio::test]
-async fn an_idle_connection_notices_the_driver_going_away_without_a_call() {
-    let (_dir, path, address) = socket();
+/// A driver and a connection to it that has made one call.
+async fn used_connection() -> (tempfile::TempDir, Server, Connection, ConnectionLoss) {
+    let (dir, path, address) = socket();
     let server = Server::start(&path, Driver::default());
     let (conn, loss) = connection::connect(&address, quick(), metrics())
         .await
         .unwrap();
     probe(&conn).await.unwrap();
+    (dir, server, conn, loss)
+}
+
+#[tokio::test]
+async fn an_idle_connection_notices_the_driver_going_away_without_a_call() {
+    let (_dir, server, _conn, loss) = used_connection().await;
 
     // No call after the driver stops: grpc-go would still notice the closed transport, and
     // a controller sidecar must exit even when it has no work.
@@ -383,4 +389,25 @@ async fn an_idle_connection_notices_the_driver_going_away_without_a_call() {
     tokio::time::timeout(Duration::from_secs(5), loss)
         .await
         .expect("the loss of an idle connection was not signalled");
+}
+
+#[tokio::test]
+async fn after_expect_close_the_driver_going_away_is_not_a_loss() {
+    let (logs, _guard) = testbed::logs::capture();
+    let (_dir, server, _conn, loss) = used_connection().await;
+
+    loss.expect_close();
+    server.stop().await;
+    // The close was seen (positive signal), and reported as the end of a shutdown only.
+    for _ in 0..100 {
+        if logs.text().contains("Connection closed during shutdown") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = logs.text();
+    assert!(text.contains("Connection closed during shutdown"), "{text}");
+    assert!(!text.contains("Lost connection"), "{text}");
+    assert!(!loss.is_lost());
+    assert!(loss.clone().now_or_never().is_none());
 }

@@ -224,6 +224,27 @@ fn serve(path: &Path, driver: &Fake) -> (oneshot::Sender<()>, JoinHandle<()>) {
 const LOOP_BOUND: Duration = Duration::from_secs(10);
 
 #[tokio::test]
+async fn probe_until_ready_probes_at_once_and_then_once_per_interval() {
+    let driver = Fake::new("fake.csi", [ProbeStep::Answer(Ok(Some(false)))]);
+    let harness = Harness::start(driver).await;
+    let started = tokio::time::Instant::now();
+
+    identity::probe_until_ready(&harness.conn, Duration::from_secs(1))
+        .await
+        .expect("driver becomes ready");
+
+    // csi-lib-utils `ProbeForever` probes before it waits for its ticker; the second probe (the
+    // first said not ready) comes one interval after the first. Waiting a whole interval before
+    // the first probe was most of a slow start-to-ready.
+    let took = started.elapsed();
+    assert_eq!(harness.probe_calls(), 2);
+    assert!(
+        took >= identity::PROBE_INTERVAL && took < 2 * identity::PROBE_INTERVAL,
+        "{took:?}"
+    );
+}
+
+#[tokio::test]
 async fn probe_until_ready_retries_after_a_timed_out_probe() {
     let driver = Fake::new("fake.csi", [ProbeStep::Slow(Duration::from_millis(500))]);
     let harness = Harness::start(driver).await;

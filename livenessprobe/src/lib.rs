@@ -68,22 +68,16 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let metrics = CsiMetrics::new(ProcessMetrics::StartTimeOnly).map_err(Error::Metrics)?;
+    let mut shutdown = Box::pin(shutdown);
 
-    // Upstream waits for the driver with no deadline and asks its name with no deadline either:
-    // the probe must never crash-loop just because the driver starts slowly.
-    let options = ConnectOptions::default()
-        .with_connect_timeout(None)
-        .with_call_timeout(ConnectOptions::NO_CALL_TIMEOUT)
-        .with_call_logging(config.log_grpc_calls);
-    let (conn, _loss) = connection::connect(&config.csi_address, options, metrics.clone())
-        .await
-        .map_err(Error::Connect)?;
-    let info = identity::plugin_info(&conn, ConnectOptions::NO_CALL_TIMEOUT)
-        .await
-        .map_err(Error::DriverName)?;
-    drop(conn);
-    tracing::info!(driver = %info.name, "CSI driver name");
-    metrics.set_driver_name(&info.name);
+    // The wait for the driver has no deadline, so a SIGTERM must end it: kubelet stops a pod
+    // whose driver never came up, and upstream (no signal handler) exits at once.
+    let driver = tokio::select! {
+        driver = driver_name(&config, &metrics) => driver?,
+        () = &mut shutdown => return Ok(()),
+    };
+    tracing::info!(%driver, "CSI driver name");
+    metrics.set_driver_name(&driver);
 
     let prober = Arc::new(Prober {
         address: config.csi_address.clone(),
@@ -129,7 +123,7 @@ pub async fn run(
     servers.spawn(listener.serve(health, stopped()));
 
     tokio::select! {
-        () = shutdown => {
+        () = &mut shutdown => {
             let _ = stop_tx.send(true);
             while servers.join_next().await.is_some() {}
             Ok(())
@@ -143,6 +137,25 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Connects and asks the driver's name. Upstream waits for the driver with no deadline and asks
+/// its name with no deadline either: the probe must never crash-loop just because the driver
+/// starts slowly.
+async fn driver_name(config: &Config, metrics: &CsiMetrics) -> Result<String, Error> {
+    let options = ConnectOptions::default()
+        .with_connect_timeout(None)
+        .with_call_timeout(ConnectOptions::NO_CALL_TIMEOUT)
+        .with_call_logging(config.log_grpc_calls);
+    let (conn, loss) = connection::connect(&config.csi_address, options, metrics.clone())
+        .await
+        .map_err(Error::Connect)?;
+    // Used for this one call: a driver that goes away meanwhile fails the call, no more.
+    loss.expect_close();
+    let info = identity::plugin_info(&conn, ConnectOptions::NO_CALL_TIMEOUT)
+        .await
+        .map_err(Error::DriverName)?;
+    Ok(info.name)
 }
 
 /// Answers one `/healthz` request.
@@ -193,12 +206,16 @@ impl Prober {
             .with_connect_timeout(Some(self.timeout))
             .with_call_timeout(self.timeout)
             .with_call_logging(self.log_calls);
-        let (conn, _loss) = connection::connect(&self.address, options, self.metrics.clone())
+        let (conn, loss) = connection::connect(&self.address, options, self.metrics.clone())
             .await
             .map_err(|err| match err {
                 connection::Error::ConnectTimeout { .. } => DEADLINE_EXCEEDED.to_owned(),
                 connection::Error::InvalidAddress { .. } => csi_common::logging::error_chain(&err),
             })?;
+        // A connection for one Probe: the driver going away during it is what the 500 reports,
+        // not a "Lost connection" error (upstream's probe connection never re-dials, so it
+        // never logs one).
+        loss.expect_close();
         identity::probe(&conn, self.timeout)
             .await
             .map_err(|err| match &err {

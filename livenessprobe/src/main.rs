@@ -27,7 +27,7 @@ fn main() -> ExitCode {
         }
     };
     tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
+        version = csi_common::version::version(),
         "livenessprobe starting"
     );
 

@@ -3,6 +3,7 @@
 
 #![allow(
     clippy::unwrap_used,
+    clippy::expect_used,
     reason = "test helpers fail the test loudly on any setup error"
 )]
 
@@ -226,9 +227,40 @@ async fn only_the_deprecated_health_port_serves_no_metrics() {
 async fn sigterm_stops_the_probe_with_exit_code_0() {
     let dir = tempfile::tempdir().unwrap();
     let driver = start_driver(dir.path()).await;
-    let mut probe = Probe::spawn(driver.socket_path(), &[]);
+    let probe = Probe::spawn(driver.socket_path(), &[]);
     assert_eq!(probe.wait_listening().await.status, 200);
-    let pid = probe.child.id().unwrap();
+    assert_eq!(terminate(probe.child).await, Some(0));
+}
+
+/// Starts the binary at `-v=5` with its log in `log`; returns it once the log shows `line`,
+/// the positive signal that start-up reached the stage under test.
+async fn spawn_until_logged(socket: &Path, log: &Path, line: &str) -> Probe {
+    let file = std::fs::File::create(log).unwrap();
+    let addr = free_port();
+    let child = Command::new(BIN)
+        .arg(format!("--csi-address={}", socket.display()))
+        .arg(format!("--http-endpoint={addr}"))
+        .arg("-v=5")
+        .stdout(Stdio::null())
+        .stderr(file)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if std::fs::read_to_string(log).unwrap().contains(line) {
+            return Probe { child, addr };
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "{line:?} never logged: {}",
+        std::fs::read_to_string(log).unwrap()
+    );
+}
+
+/// SIGTERM; the exit code, which must come at once (kubelet's grace period is not ours to use).
+async fn terminate(mut child: Child) -> Option<i32> {
+    let pid = child.id().unwrap();
     let status = Command::new("kill")
         .arg("-TERM")
         .arg(pid.to_string())
@@ -236,11 +268,41 @@ async fn sigterm_stops_the_probe_with_exit_code_0() {
         .await
         .unwrap();
     assert!(status.success());
-    let exit = tokio::time::timeout(Duration::from_secs(10), probe.child.wait())
+    tokio::time::timeout(Duration::from_secs(5), child.wait())
         .await
+        .expect("exited at once after SIGTERM")
         .unwrap()
+        .code()
+}
+
+#[tokio::test]
+async fn sigterm_while_waiting_for_the_driver_socket_exits_0_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = spawn_until_logged(
+        &dir.path().join("csi.sock"),
+        &dir.path().join("probe.log"),
+        "Connecting",
+    )
+    .await;
+    assert_eq!(terminate(probe.child).await, Some(0));
+}
+
+#[tokio::test]
+async fn sigterm_while_the_driver_has_not_answered_get_plugin_info_exits_0_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start_driver(dir.path()).await;
+    driver.inject(Fault::delay(Method::GetPluginInfo, Duration::from_mins(10)));
+    let probe = spawn_until_logged(
+        driver.socket_path(),
+        &dir.path().join("probe.log"),
+        "Connecting",
+    )
+    .await;
+    driver
+        .wait_for_calls(Method::GetPluginInfo, 1, Duration::from_secs(10))
+        .await
         .unwrap();
-    assert_eq!(exit.code(), Some(0));
+    assert_eq!(terminate(probe.child).await, Some(0));
 }
 
 async fn exit_code(args: &[&str]) -> Option<i32> {
@@ -276,4 +338,30 @@ async fn flag_errors_exit_2_and_fatal_combinations_exit_1() {
     ] {
         assert_eq!(exit_code(args).await, Some(1), "{args:?}");
     }
+}
+
+#[tokio::test]
+async fn a_driver_stopping_during_a_probe_is_not_a_lost_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start_driver(dir.path()).await;
+    let log = dir.path().join("probe.log");
+    let probe = spawn_until_logged(driver.socket_path(), &log, "CSI driver name").await;
+    driver.inject(Fault::delay(Method::Probe, Duration::from_mins(1)));
+    let healthz = tokio::spawn(http_client::get(
+        probe.addr,
+        "/healthz",
+        Duration::from_secs(30),
+    ));
+    driver
+        .wait_for_calls(Method::Probe, 1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    // The driver container goes away (a restart, or the pod stopping) while kubelet probes.
+    driver.stop().await.unwrap();
+    let response = healthz.await.unwrap().unwrap();
+    assert_eq!(response.status, 500, "{}", response.body);
+    assert_eq!(terminate(probe.child).await, Some(0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    // The failed probe is the report; a single-use probe connection has nothing to lose.
+    assert!(!text.contains("Lost connection"), "{text}");
 }

@@ -415,7 +415,7 @@ async fn write(client: &Client, action: Action) {
                         tokio::time::sleep(WRITE_RETRY_DELAY).await;
                     }
                     Err(err) => {
-                        tracing::warn!(event = %name, error = %csi_common::logging::error_chain(&err), "cannot update event");
+                        tracing::warn!(event = %name, error = %csi_common::kube_client::error_text(&err), "cannot update event");
                         return;
                     }
                 }
@@ -437,7 +437,7 @@ async fn create(client: &Client, event: Event) {
             Err(err) => {
                 tracing::warn!(
                     reason = event.reason.as_deref().unwrap_or_default(),
-                    error = %csi_common::logging::error_chain(&err),
+                    error = %csi_common::kube_client::error_text(&err),
                     "cannot write event"
                 );
                 return;

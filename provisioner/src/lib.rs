@@ -30,7 +30,7 @@ use csi_common::connection::{self, ConnectOptions, Connection, ConnectionLoss};
 use csi_common::http::{self as diagnostics, HealthCheck};
 use csi_common::kube_client::{self, KubeClientConfig, RateLimitLayer};
 use csi_common::leader::{self, LeaderElectionConfig, LeaderElector};
-use csi_common::metrics::{CsiMetrics, ProcessMetrics};
+use csi_common::metrics::{CsiMetrics, ProcessMetrics, ScrapeMetrics};
 use csi_common::{identity, logging};
 use k8s_openapi::jiff::Timestamp;
 
@@ -136,8 +136,11 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let client = kube_client(&config, &environment).await?;
 
-    let metrics =
-        CsiMetrics::new(ProcessMetrics::Full).map_err(|e| RunError::Metrics(Box::new(e)))?;
+    let metrics = CsiMetrics::with_scrape_metrics(
+        ProcessMetrics::FullPlainStartTime,
+        ScrapeMetrics::Promhttp,
+    )
+    .map_err(|e| RunError::Metrics(Box::new(e)))?;
     let options = ConnectOptions::default()
         .with_call_timeout(config.timeout)
         .with_call_logging(config.log_grpc_calls);
@@ -147,6 +150,16 @@ pub async fn run(
             connected.map_err(RunError::Connect)?
         }
         () = shutdown.clone() => return Ok(()),
+    };
+    // Kubelet stops the driver container together with ours: from SIGTERM on, the driver going
+    // away is the shutdown, not a lost connection (no error, no exit 1).
+    let shutdown = {
+        let loss = loss.clone();
+        futures::FutureExt::shared(Box::pin(async move {
+            shutdown.await;
+            loss.expect_close();
+            tracing::debug!("shutting down: the CSI driver may stop with us");
+        }))
     };
     let driver = tokio::select! {
         driver = discover(&connection, config.timeout, &metrics) => driver?,
@@ -334,7 +347,7 @@ async fn kube_client(config: &Config, environment: &Environment) -> Result<kube:
         kubeconfig_env: environment.kubeconfig_env.clone(),
         qps: config.kube.qps,
         burst: config.kube.burst,
-        user_agent: format!("csi-provisioner/v{}", env!("CARGO_PKG_VERSION")),
+        user_agent: format!("csi-provisioner/{}", csi_common::version::version()),
     };
     let Some(master) = &config.kube.master else {
         return kube_client::client(&client_config)

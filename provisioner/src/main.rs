@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             reason = "--version prints to stdout like upstream"
         )]
         {
-            println!("{argv0} v{}", env!("CARGO_PKG_VERSION"));
+            println!("{argv0} {}", csi_common::version::version());
         }
         return ExitCode::SUCCESS;
     }
@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         }
     };
     tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
+        version = csi_common::version::version(),
         "csi-provisioner starting"
     );
     for warning in &config.warnings {

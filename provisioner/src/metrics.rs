@@ -26,8 +26,13 @@ const DEFAULT_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// `ExponentialBuckets(10e-9, 10, 10)` of component-base's workqueue metrics.
-const WORKQUEUE_BUCKETS: [f64; 10] = [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
+/// component-base's workqueue buckets, `ExponentialBuckets(10e-9, 10, 10)`. They are computed
+/// the same way (start, then times ten nine times), not written as literals: the products are
+/// not all the nearest floats to powers of ten (the fourth is 9.999999999999999e-06), and the
+/// bounds are the `le` label values dashboards select on.
+fn workqueue_buckets() -> Result<Vec<f64>> {
+    prometheus::exponential_buckets(10e-9, 10.0, 10).map_err(Error)
+}
 
 /// The `controller_*` families of sig-storage-lib-external-provisioner.
 #[derive(Clone, Debug)]
@@ -152,7 +157,7 @@ impl WorkQueueMetrics {
     /// # Errors
     /// If a family of the same name is already registered.
     pub fn register(registry: &Registry) -> Result<Self> {
-        let buckets = || WORKQUEUE_BUCKETS.to_vec();
+        let buckets = workqueue_buckets()?;
         let metrics = Self {
             depth: IntGaugeVec::new(
                 Opts::new("workqueue_depth", "[BETA] Current depth of workqueue"),
@@ -172,7 +177,7 @@ impl WorkQueueMetrics {
                     "workqueue_queue_duration_seconds",
                     "[BETA] How long in seconds an item stays in workqueue before being requested.",
                 )
-                .buckets(buckets()),
+                .buckets(buckets.clone()),
                 &["name"],
             )
             .map_err(Error)?,
@@ -181,7 +186,7 @@ impl WorkQueueMetrics {
                     "workqueue_work_duration_seconds",
                     "[BETA] How long in seconds processing an item from workqueue takes.",
                 )
-                .buckets(buckets()),
+                .buckets(buckets),
                 &["name"],
             )
             .map_err(Error)?,
@@ -363,6 +368,41 @@ mod tests {
     }
 
     #[test]
+    fn workqueue_bucket_bounds_are_the_floats_upstream_emits() {
+        let registry = Registry::new();
+        let metrics = WorkQueueMetrics::register(&registry).unwrap();
+        metrics.queue("claims").work_duration.observe(0.5);
+        let text = render(&registry);
+        let bounds: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("workqueue_work_duration_seconds_bucket{name=\"claims\",le=\"")?
+                    .split_once('"')
+                    .map(|(le, _)| le)
+            })
+            .collect();
+        // Upstream csi-provisioner's scrape (shared/fixtures/metrics): component-base computes
+        // ExponentialBuckets(10e-9, 10, 10) by repeated multiplication, so two bounds are not
+        // the decimal powers of ten, and those strings are the `le` label values.
+        assert_eq!(
+            bounds,
+            [
+                "1e-08",
+                "1e-07",
+                "1e-06",
+                "9.999999999999999e-06",
+                "9.999999999999999e-05",
+                "0.001",
+                "0.01",
+                "0.1",
+                "1",
+                "10",
+                "+Inf"
+            ]
+        );
+    }
+
+    #[test]
     fn workqueue_families_report_per_queue_series_and_scrape_time_gauges() {
         let registry = Registry::new();
         let metrics = WorkQueueMetrics::register(&registry).unwrap();
@@ -382,7 +422,7 @@ mod tests {
             "workqueue_adds_total{name=\"claims\"} 1",
             "workqueue_retries_total{name=\"claims\"} 1",
             "workqueue_queue_duration_seconds_bucket{name=\"claims\",le=\"1\"} 1",
-            "workqueue_queue_duration_seconds_bucket{name=\"claims\",le=\"0.00000001\"} 0",
+            "workqueue_queue_duration_seconds_bucket{name=\"claims\",le=\"1e-08\"} 0",
             "workqueue_unfinished_work_seconds{name=\"claims\"} 3.5",
             "workqueue_longest_running_processor_seconds{name=\"claims\"} 2",
             "workqueue_longest_running_processor_seconds{name=\"volumes\"} 0",

@@ -181,14 +181,9 @@ pub enum PlanError {
     /// An access mode with no CSI equivalent.
     #[error(transparent)]
     AccessMode(AccessModeError),
-    /// The selected node no longer exists (upstream: the lib's Node lookup got NotFound).
-    #[error("node {} not found", go_quote(.node))]
-    SelectedNodeNotFound {
-        /// Node name from the selected-node annotation.
-        node: String,
-    },
     /// The selected node has no CSINode (deleted with its node, or the kubelet has not created it
-    /// yet): upstream v6.1 asks for a reschedule (#1437).
+    /// yet): upstream v6.1 asks for a reschedule (#1437). This is also how a deleted Node shows:
+    /// upstream never looks the Node itself up, and its CSINode goes with it.
     #[error(
         "failed to get selected CSINode {node}: csinode.storage.k8s.io {} not found",
         go_quote(.node)
@@ -237,9 +232,7 @@ impl PlanError {
             | Self::StripParameters(_)
             | Self::InvalidCsiPv => ProvisioningState::Finished,
             // The node the scheduler picked is gone: let it pick another.
-            Self::SelectedNodeNotFound { .. } | Self::SelectedCsiNodeNotFound { .. } => {
-                ProvisioningState::Reschedule
-            }
+            Self::SelectedCsiNodeNotFound { .. } => ProvisioningState::Reschedule,
             // Upstream returns NoChange for these: an earlier in-background attempt stays in
             // progress.
             Self::StorageClassNotFound { .. } | Self::Topology(_) | Self::Secret(_) => {
@@ -257,7 +250,6 @@ impl PlanError {
         match self {
             Self::StorageClassNotFound { .. }
             | Self::Topology(_)
-            | Self::SelectedNodeNotFound { .. }
             | Self::SelectedCsiNodeNotFound { .. } => false,
             Self::DataSourceRefNamespace
             | Self::DataSourceNameEmpty { .. }
@@ -275,6 +267,36 @@ impl PlanError {
             | Self::Secret(_)
             | Self::StripParameters(_)
             | Self::InvalidCsiPv => true,
+        }
+    }
+
+    /// Whether the claim is left alone after the `ProvisioningFailed` Event until it changes,
+    /// instead of being retried with backoff. Only for features this provisioner does not
+    /// implement: no amount of retrying makes them supported, and docs/compatibility.md calls
+    /// the refusal final, so a backoff retry would only repeat the Event (six a minute at first
+    /// with the default backoff). Upstream retries every other failure, final or not, because
+    /// the objects involved do get fixed.
+    pub fn waits_for_change(&self) -> bool {
+        match self {
+            Self::NotSupported(_) => true,
+            Self::StorageClassNotFound { .. }
+            | Self::DataSourceRefNamespace
+            | Self::DataSourceNameEmpty { .. }
+            | Self::SnapshotApiGroup { .. }
+            | Self::ExternalPopulator { .. }
+            | Self::MissingCapability(_)
+            | Self::SelectorNotSupported
+            | Self::EmptyVolumeNamePrefix
+            | Self::MissingUid
+            | Self::UuidLengthOutOfRange { .. }
+            | Self::FsType(_)
+            | Self::StorageRequest { .. }
+            | Self::AccessMode(_)
+            | Self::SelectedCsiNodeNotFound { .. }
+            | Self::Topology(_)
+            | Self::Secret(_)
+            | Self::StripParameters(_)
+            | Self::InvalidCsiPv => false,
         }
     }
 
@@ -426,10 +448,6 @@ mod tests {
                  populator will provision it",
             ),
             (
-                PlanError::SelectedNodeNotFound { node: "n1".into() },
-                r#"node "n1" not found"#,
-            ),
-            (
                 PlanError::SelectedCsiNodeNotFound { node: "n1".into() },
                 r#"failed to get selected CSINode n1: csinode.storage.k8s.io "n1" not found"#,
             ),
@@ -469,6 +487,7 @@ mod tests {
             let err = PlanError::NotSupported(feature);
             assert!(err.event_message().contains("not supported yet"), "{err}");
             assert!(err.is_final());
+            assert!(err.waits_for_change(), "{err}");
             assert_eq!(err.state(), ProvisioningState::Finished);
             assert!(err.emits_event());
         }
@@ -482,13 +501,6 @@ mod tests {
                 PlanError::SelectorNotSupported,
                 ProvisioningState::Finished,
                 true,
-                false,
-                true,
-            ),
-            (
-                PlanError::SelectedNodeNotFound { node: "n".into() },
-                ProvisioningState::Reschedule,
-                false,
                 false,
                 true,
             ),
@@ -529,6 +541,10 @@ mod tests {
             ),
         ];
         for (err, state, is_final, ignored, event) in cases {
+            assert!(
+                !err.waits_for_change(),
+                "{err}: retried with backoff, as upstream"
+            );
             assert_eq!(err.state(), state, "{err}");
             assert_eq!(err.is_final(), is_final, "{err}");
             assert_eq!(err.is_ignored(), ignored, "{err}");

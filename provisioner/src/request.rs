@@ -135,20 +135,6 @@ pub fn plan_provision(
     let default_spec = PersistentVolumeClaimSpec::default();
     let spec = pvc.spec.as_ref().unwrap_or(&default_spec);
 
-    // The lib looks the selected Node up before anything else and asks for a reschedule when it
-    // is gone. Only done for topology drivers (whose Nodes the controller watches), and never
-    // once a requirement is cached: an earlier CreateVolume may still be running and must be
-    // repeated, not abandoned.
-    if let Some(node) = inputs.selected_node
-        && opts.supports_topology()
-        && inputs.cached_requirement.is_none()
-        && inputs.topology.node(node).is_none()
-    {
-        return Err(PlanError::SelectedNodeNotFound {
-            node: node.to_owned(),
-        });
-    }
-
     check_claim_features(opts, pvc, spec)?;
 
     let pv_name = volume_name(

@@ -75,14 +75,7 @@ async fn an_immediate_claim_is_bound_to_a_pv_of_upstream_shape_and_deleted_after
         component.starts_with("hostpath.csi.k8s.io_csi-provisioner-0_"),
         "{component}"
     );
-    let succeeded = eventually("ProvisioningSucceeded", SHORT, async || {
-        cluster
-            .events("ProvisioningSucceeded")
-            .await
-            .into_iter()
-            .next()
-    })
-    .await;
+    let succeeded = cluster.first_event("ProvisioningSucceeded", SHORT).await;
     assert_eq!(
         succeeded.message,
         Some(format!("Successfully provisioned volume {name}"))
@@ -98,16 +91,7 @@ async fn an_immediate_claim_is_bound_to_a_pv_of_upstream_shape_and_deleted_after
 
     // Deletion: the claim goes, kcm marks the PV Released, the provisioner deletes storage and PV.
     cluster.delete_claim("fx-pvc").await;
-    eventually("the PV gone", SHORT, async || {
-        cluster
-            .volumes()
-            .get_opt(&name)
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    cluster.volume_gone(&name, SHORT).await;
     let deletes: Vec<DeleteVolumeRequest> = cluster.driver.requests(Method::DeleteVolume);
     assert_eq!(deletes.len(), 1);
     assert_eq!(deletes[0].volume_id, handle);
@@ -389,14 +373,7 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_removed() {
         .unwrap();
     cluster.delete_claim("attached").await;
 
-    let blocked = eventually("VolumeFailedDelete", SHORT, async || {
-        cluster
-            .events("VolumeFailedDelete")
-            .await
-            .into_iter()
-            .next()
-    })
-    .await;
+    let blocked = cluster.first_event("VolumeFailedDelete", SHORT).await;
     assert_eq!(
         blocked.message,
         Some(format!(
@@ -410,16 +387,7 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_removed() {
         .delete("csi-attached", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the PV gone", SHORT, async || {
-        cluster
-            .volumes()
-            .get_opt(&pv_name)
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    cluster.volume_gone(&pv_name, SHORT).await;
     assert_eq!(cluster.driver.call_count(Method::DeleteVolume), 1);
 }
 
@@ -534,14 +502,7 @@ async fn invalid_argument_is_retried_only_after_the_slow_window() {
     cluster.create_class(class("fast", "Immediate")).await;
     let _provisioner = cluster.provisioner("csi-provisioner-0", &["--retry-interval-max=3s"]);
     cluster.create_claim("infeasible", "fast", "1Mi").await;
-    let failed = eventually("the infeasible event", SHORT, async || {
-        cluster
-            .events("ProvisioningFailed")
-            .await
-            .into_iter()
-            .next()
-    })
-    .await;
+    let failed = cluster.first_event("ProvisioningFailed", SHORT).await;
     assert_eq!(
         failed.message.as_deref(),
         Some(
@@ -872,13 +833,7 @@ async fn sigterm_stops_cleanly_and_hands_the_lease_back() {
             .then_some(())
     })
     .await;
-    let pid = provisioner.child.id().unwrap().to_string();
-    let status = tokio::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .await
-        .unwrap();
-    assert!(status.success());
+    provisioner.sigterm().await;
     assert_eq!(provisioner.exit_code(SHORT).await, Some(0));
     let lease = leases.get("hostpath-csi-k8s-io").await.unwrap();
     assert_eq!(
@@ -933,12 +888,234 @@ async fn a_claim_whose_selected_node_is_gone_is_rescheduled() {
         (!annotations.contains_key("volume.kubernetes.io/selected-node")).then_some(())
     })
     .await;
+    // Upstream never looks the Node up: the selected node's CSINode is what is missing
+    // (external-provisioner `topologyKeysLookup`, a lister NotFound).
     let failed = cluster.events("ProvisioningFailed").await;
     assert!(
-        failed
-            .iter()
-            .any(|e| e.message.as_deref() == Some("node \"ghost-node\" not found")),
+        failed.iter().any(|e| e.message.as_deref()
+            == Some(
+                r#"failed to get selected CSINode ghost-node: csinode.storage.k8s.io "ghost-node" not found"#
+            )),
         "{failed:?}"
     );
     assert_eq!(cluster.driver.call_count(Method::CreateVolume), 0);
+}
+
+/// Exit code 0 within a few seconds of SIGTERM: every start-up stage must honour it (kubelet
+/// stops pods whose driver never becomes ready, and upstream dies at once).
+const AT_ONCE: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn sigterm_while_waiting_for_the_driver_socket_exits_0_at_once() {
+    let cluster = Cluster::start().await;
+    let port = free_port();
+    let args = [
+        format!(
+            "--csi-address={}",
+            cluster.dir.path().join("absent.sock").display()
+        ),
+        format!("--kubeconfig={}", cluster.kubeconfig.display()),
+        format!("--http-endpoint={port}"),
+        "-v=5".to_owned(),
+    ];
+    let mut provisioner = Provisioner::spawn_args(&cluster, "csi-provisioner-0", &args, port);
+    provisioner.wait_logged("Connecting").await;
+    provisioner.sigterm().await;
+    assert_eq!(provisioner.exit_code(AT_ONCE).await, Some(0));
+}
+
+#[tokio::test]
+async fn sigterm_while_the_driver_is_not_ready_exits_0_at_once() {
+    let cluster = Cluster::start().await;
+    cluster.driver.set_ready(Some(false));
+    let mut provisioner = cluster.provisioner("csi-provisioner-0", &[]);
+    cluster
+        .driver
+        .wait_for_calls(Method::Probe, 2, SHORT)
+        .await
+        .unwrap();
+    provisioner.sigterm().await;
+    assert_eq!(provisioner.exit_code(AT_ONCE).await, Some(0));
+    assert_eq!(cluster.driver.call_count(Method::GetPluginInfo), 0);
+}
+
+#[tokio::test]
+async fn sigterm_while_waiting_for_the_lease_exits_0_at_once() {
+    let cluster = Cluster::start().await;
+    let le = [
+        "--leader-election",
+        "--leader-election-lease-duration=60s",
+        "--leader-election-renew-deadline=40s",
+        "--leader-election-retry-period=1s",
+    ];
+    let leader = cluster.provisioner("replica-a", &le);
+    leader.wait_logged("successfully acquired lease").await;
+    let mut standby = cluster.provisioner("replica-b", &le);
+    standby.wait_logged("new leader detected").await;
+    standby.sigterm().await;
+    assert_eq!(standby.exit_code(AT_ONCE).await, Some(0));
+}
+
+/// Every non-Go family upstream csi-provisioner v6.3 serves after a provision and a deletion
+/// (shared/fixtures/metrics/csi-provisioner-metrics.prom), with its TYPE.
+const UPSTREAM_FAMILIES: &[&str] = &[
+    "aggregator_discovery_aggregation_count_total counter",
+    "aggregator_discovery_nopeer_requests_total counter",
+    "aggregator_discovery_peer_aggregated_cache_hits_total counter",
+    "aggregator_discovery_peer_aggregated_cache_misses_total counter",
+    "apiserver_audit_event_total counter",
+    "apiserver_audit_requests_rejected_total counter",
+    "apiserver_client_certificate_expiration_seconds histogram",
+    "apiserver_storage_data_key_generation_duration_seconds histogram",
+    "apiserver_storage_data_key_generation_failures_total counter",
+    "apiserver_storage_envelope_transformation_cache_misses_total counter",
+    "apiserver_validation_declarative_validation_mismatch_total counter",
+    "apiserver_validation_declarative_validation_panic_total counter",
+    "apiserver_validation_duplicate_validation_error_total counter",
+    "apiserver_webhooks_x509_insecure_sha1_total counter",
+    "apiserver_webhooks_x509_missing_san_total counter",
+    "cardinality_enforcement_unexpected_categorizations_total counter",
+    "controller_persistentvolume_delete_duration_seconds histogram",
+    "controller_persistentvolume_delete_total counter",
+    "controller_persistentvolumeclaim_provision_duration_seconds histogram",
+    "controller_persistentvolumeclaim_provision_failed_total counter",
+    "controller_persistentvolumeclaim_provision_total counter",
+    "csi_sidecar_operations_seconds histogram",
+    "disabled_metrics_total counter",
+    "hidden_metrics_total counter",
+    "process_cpu_seconds_total counter",
+    "process_max_fds gauge",
+    "process_network_receive_bytes_total counter",
+    "process_network_transmit_bytes_total counter",
+    "process_open_fds gauge",
+    "process_resident_memory_bytes gauge",
+    "process_start_time_seconds gauge",
+    "process_virtual_memory_bytes gauge",
+    "process_virtual_memory_max_bytes gauge",
+    "promhttp_metric_handler_requests_in_flight gauge",
+    "promhttp_metric_handler_requests_total counter",
+    "registered_metrics_total counter",
+    "workqueue_adds_total counter",
+    "workqueue_depth gauge",
+    "workqueue_longest_running_processor_seconds gauge",
+    "workqueue_queue_duration_seconds histogram",
+    "workqueue_retries_total counter",
+    "workqueue_unfinished_work_seconds gauge",
+    "workqueue_work_duration_seconds histogram",
+];
+
+/// Families docs/compatibility.md declares absent: Go runtime and component-base registry
+/// bookkeeping, and apiserver library families that upstream registers but never fills.
+fn declared_absent(family: &str) -> bool {
+    family.starts_with("aggregator_")
+        || family.starts_with("apiserver_")
+        || [
+            "cardinality_enforcement_unexpected_categorizations_total ",
+            "disabled_metrics_total ",
+            "hidden_metrics_total ",
+            "registered_metrics_total ",
+        ]
+        .iter()
+        .any(|name| family.starts_with(name))
+}
+
+#[tokio::test]
+async fn metric_families_are_upstreams_but_for_the_declared_ones() {
+    let cluster = Cluster::start().await;
+    cluster.create_class(class("fast", "Immediate")).await;
+    let provisioner = cluster.provisioner("csi-provisioner-0", &[]);
+    provisioner.wait_serving().await;
+    cluster.create_claim("data", "fast", "1Mi").await;
+    let (_, volume) = cluster.bound("data", SHORT).await;
+    cluster.delete_claim("data").await;
+    let pv = volume.metadata.name.unwrap();
+    cluster.volume_gone(&pv, SHORT).await;
+    // A failed attempt, for the failed counter: a class that names a missing secret.
+    let mut secured = class("secured", "Immediate");
+    secured.parameters = Some(BTreeMap::from([
+        (
+            "csi.storage.k8s.io/provisioner-secret-name".into(),
+            "absent".into(),
+        ),
+        (
+            "csi.storage.k8s.io/provisioner-secret-namespace".into(),
+            NAMESPACE.into(),
+        ),
+    ]));
+    cluster.create_class(secured).await;
+    cluster.create_claim("unlucky", "secured", "1Mi").await;
+    cluster.first_event("ProvisioningFailed", SHORT).await;
+
+    let first = provisioner.get("/metrics").await.unwrap().body;
+    let ours: Vec<&str> = first
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .collect();
+    let expected: Vec<&str> = UPSTREAM_FAMILIES
+        .iter()
+        .copied()
+        .filter(|f| !declared_absent(f))
+        .collect();
+    assert_eq!(ours, expected, "{first}");
+    // The provisioner's own start-time family wins upstream: no "[ALPHA] " prefix here.
+    assert!(first.contains(
+        "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+    ));
+    // promhttp counts a scrape once it is answered, and the one being served is in flight.
+    assert!(first.contains("promhttp_metric_handler_requests_in_flight 1\n"));
+    let second = provisioner.get("/metrics").await.unwrap().body;
+    let served = |body: &str, code: &str| {
+        let series = format!("promhttp_metric_handler_requests_total{{code=\"{code}\"}} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let before = served(&first, "200").unwrap();
+    assert_eq!(served(&second, "200"), Some(before + 1));
+    assert_eq!(served(&second, "500"), Some(0));
+    assert_eq!(served(&second, "503"), Some(0));
+}
+
+#[tokio::test]
+async fn a_driver_stopping_after_sigterm_is_a_shutdown_not_a_lost_connection() {
+    let cluster = Cluster::start().await;
+    // A CreateVolume still running keeps the connection busy through the shutdown.
+    cluster
+        .driver
+        .inject(Fault::delay(Method::CreateVolume, Duration::from_mins(1)).on(When::Nth(1)));
+    cluster.create_class(class("fast", "Immediate")).await;
+    let mut provisioner = cluster.provisioner("csi-provisioner-0", &[]);
+    cluster.create_claim("busy", "fast", "1Mi").await;
+    cluster
+        .driver
+        .wait_for_calls(Method::CreateVolume, 1, SHORT)
+        .await
+        .unwrap();
+    provisioner.sigterm().await;
+    provisioner
+        .wait_logged("shutting down: the CSI driver may stop with us")
+        .await;
+    // In a pod the driver container gets its SIGTERM at the same moment and goes away.
+    cluster.driver.stop().await.unwrap();
+    assert_eq!(provisioner.exit_code(SHORT).await, Some(0));
+    let log = provisioner.log();
+    assert!(!log.contains("Lost connection"), "{log}");
+}
+
+#[tokio::test]
+async fn version_is_the_crate_version_and_the_git_revision() {
+    let output = tokio::process::Command::new(BIN)
+        .arg("--version")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let expected = testbed::version::expected(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        env!("CARGO_PKG_VERSION"),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("{BIN} {expected}\n")
+    );
 }

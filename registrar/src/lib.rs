@@ -47,9 +47,6 @@ use crate::health::{HealthCheck, SharedHealthCheck};
 use crate::service::RegistrationService;
 use crate::socket::{CheckOutcome, RegistrationSocket};
 
-/// The version `--version` prints, in upstream's tag style.
-pub const VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));
-
 /// Everything the registrar needs to run, validated from the flags by [`args`].
 #[derive(Clone, Debug)]
 pub struct Config {

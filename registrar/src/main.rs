@@ -44,7 +44,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    tracing::info!(version = registrar::VERSION, "Version");
+    tracing::info!(version = csi_common::version::version(), "Version");
     tracing::info!(%mode, "Running node-driver-registrar");
     if connection_timeout_set {
         tracing::info!("--connection-timeout is deprecated and will have no effect");
@@ -98,5 +98,5 @@ fn print_version() {
         .next()
         .map(|a| a.to_string_lossy().into_owned())
         .unwrap_or_default();
-    println!("{argv0} {}", registrar::VERSION);
+    println!("{argv0} {}", csi_common::version::version());
 }

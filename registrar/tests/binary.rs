@@ -468,6 +468,24 @@ async fn while_waiting_for_the_driver_healthz_is_404_and_a_signal_exits_0() {
 }
 
 #[tokio::test]
+async fn sigterm_while_the_driver_has_not_answered_get_plugin_info_exits_0_at_once() {
+    let node = Node::new().await;
+    node.driver
+        .inject(Fault::delay(Method::GetPluginInfo, Duration::from_mins(10)));
+    let registrar = node.start(&["--timeout=10m"]);
+    node.driver
+        .wait_for_calls(Method::GetPluginInfo, 1, WAIT)
+        .await
+        .unwrap();
+    registrar.signal("TERM").await;
+    let (code, stderr) = tokio::time::timeout(Duration::from_secs(5), registrar.exit())
+        .await
+        .expect("exited at once after SIGTERM");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(std::fs::read_dir(&node.plugins).unwrap().count(), 0);
+}
+
+#[tokio::test]
 async fn a_busy_http_endpoint_exits_1_before_anything_is_registered() {
     let node = Node::new().await;
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -497,7 +515,13 @@ async fn version_prints_argv0_and_the_version_with_either_dash_form() {
         assert_eq!(code, Some(0), "{flag}");
         assert_eq!(
             stdout,
-            format!("{BIN} v{}\n", env!("CARGO_PKG_VERSION")),
+            format!(
+                "{BIN} {}\n",
+                testbed::version::expected(
+                    Path::new(env!("CARGO_MANIFEST_DIR")),
+                    env!("CARGO_PKG_VERSION")
+                )
+            ),
             "{flag}"
         );
     }

@@ -8,3 +8,4 @@ pub mod kubelet;
 pub mod logs;
 pub mod mock_csi;
 pub mod sandbox;
+pub mod version;

@@ -23,7 +23,7 @@ pub enum LockError {
     /// The API server refused the request or could not be reached (409 Conflict means another
     /// writer changed the Lease since it was read).
     #[error("lease request failed")]
-    Api(#[source] kube::Error),
+    Api(#[source] crate::kube_client::KubeError),
 }
 
 /// The election state stored in a Lease spec (client-go `LeaderElectionRecord`). Missing
@@ -107,7 +107,7 @@ impl Lock {
             .leases
             .get_opt(&self.name)
             .await
-            .map_err(LockError::Api)?;
+            .map_err(|err| LockError::Api(err.into()))?;
         let record = lease.as_ref().map(|l| Record::from_spec(l.spec.as_ref()));
         self.lease = lease;
         Ok(record)
@@ -128,7 +128,7 @@ impl Lock {
             .leases
             .create(&PostParams::default(), &lease)
             .await
-            .map_err(LockError::Api)?;
+            .map_err(|err| LockError::Api(err.into()))?;
         self.lease = Some(created);
         Ok(())
     }
@@ -147,7 +147,7 @@ impl Lock {
             .leases
             .replace(&self.name, &PostParams::default(), lease)
             .await
-            .map_err(LockError::Api)?;
+            .map_err(|err| LockError::Api(err.into()))?;
         self.lease = Some(updated);
         Ok(())
     }

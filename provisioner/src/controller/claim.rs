@@ -83,7 +83,10 @@ pub(crate) async fn sync<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> O
 /// deletionTimestamp only waits for its finalizers: upstream still provisions it (and the PV
 /// ends up Released), here it counts as gone, so a create in progress is cleaned up at once
 /// and no new volume is made for it.
-fn live_claim<D>(ctx: &Context<D>, key: &ClaimKey) -> Option<Arc<PersistentVolumeClaim>> {
+pub(crate) fn live_claim<D>(
+    ctx: &Context<D>,
+    key: &ClaimKey,
+) -> Option<Arc<PersistentVolumeClaim>> {
     ctx.stores
         .claim(&key.namespace, &key.name)
         .filter(|claim| claim.metadata.uid.as_deref() == Some(key.uid.as_str()))
@@ -419,7 +422,12 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
             self.ctx.metrics.provision_failed(&class, &source);
             return self.settle(err.state()).await;
         }
-        self.failed(&message, err.state()).await
+        let outcome = self.failed(&message, err.state()).await;
+        if err.waits_for_change() {
+            // Final for real: the next attempt comes when the claim is edited.
+            return Outcome::Done;
+        }
+        outcome
     }
 
     /// A failure with `state`: Warning Event, metric, state transition, backoff.
@@ -483,7 +491,7 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
                 tracing::info!(claim = %self.name(), "removed the selected node so the claim is rescheduled");
             }
             Err(err) => {
-                tracing::warn!(claim = %self.name(), error = csi_common::logging::error_chain(&err), "cannot remove the selected node annotation");
+                tracing::warn!(claim = %self.name(), error = csi_common::kube_client::error_text(&err), "cannot remove the selected node annotation");
             }
         }
     }

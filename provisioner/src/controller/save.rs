@@ -3,6 +3,11 @@
 //! retried with backoff until it is saved. The volume is never deleted because its PV could not
 //! be saved. AlreadyExists counts as saved (a previous attempt or another replica wrote it).
 //! `ProvisioningSucceeded` is sent when the PV is saved.
+//!
+//! Beyond upstream: every attempt first checks that the claim still exists. A claim deleted
+//! after the driver answered and before its PV was saved gets no PV; its volume is deleted
+//! instead (retried with the queue's backoff until DeleteVolume succeeds), so no Released PV is
+//! left behind under reclaim policy Retain (docs/compatibility.md).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -12,11 +17,16 @@ use kube::Api;
 use kube::api::PostParams;
 use tokio::time::Instant;
 
+use proto::csi::v1::DeleteVolumeRequest;
+
 use crate::csi::VolumeDriver;
+use crate::decide::volume_handle;
 use crate::events::EventType;
 
-use super::Context;
+use super::claim::live_claim;
 use super::queue::WorkQueue;
+use super::volume::deletion_secrets;
+use super::{ClaimKey, Context};
 
 /// A PV waiting to be saved, with what its success Event and metrics need.
 #[derive(Debug, Clone)]
@@ -109,13 +119,80 @@ fn saved<D>(ctx: &Context<D>, pending: &PendingVolume) {
     tracing::info!(volume = %name, claim = pending.claim.name.as_deref().unwrap_or_default(), "volume provisioned");
 }
 
-/// Saves a freshly built PV: once now, then in the background until it succeeds.
-pub(crate) async fn store<D>(ctx: &Context<D>, pending: PendingVolume) {
+/// How one attempt to save a PV ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// The PV is stored.
+    Saved,
+    /// The claim is gone and so is its volume: nothing is left to save.
+    Abandoned,
+    /// Try again later.
+    Failed,
+}
+
+/// One attempt: POST the PV while its claim exists, else delete the volume instead.
+async fn attempt<D: VolumeDriver>(ctx: &Context<D>, pending: &PendingVolume) -> Attempt {
+    let name = pending.volume.metadata.name.as_deref().unwrap_or_default();
+    if !claim_exists(ctx, &pending.claim) {
+        return match delete_volume(ctx, &pending.volume).await {
+            Ok(()) => {
+                tracing::info!(volume = %name, claim = pending.claim.name.as_deref().unwrap_or_default(), "claim deleted before its volume was saved; deleted the volume instead");
+                Attempt::Abandoned
+            }
+            Err(err) => {
+                tracing::warn!(volume = %name, error = err, "cannot delete the volume of a claim deleted before its PV was saved, retrying");
+                Attempt::Failed
+            }
+        };
+    }
     match create(ctx, &pending.volume).await {
-        Ok(()) => saved(ctx, &pending),
+        Ok(()) => Attempt::Saved,
         Err(err) => {
+            tracing::error!(volume = %name, error = csi_common::kube_client::error_text(&err), "Failed to save volume");
+            Attempt::Failed
+        }
+    }
+}
+
+/// Whether the claim the PV is for still exists (same UID, not being deleted), as far as the
+/// cache knows. A reference without a UID cannot be checked and counts as existing.
+fn claim_exists<D>(ctx: &Context<D>, claim: &ObjectReference) -> bool {
+    let Some(uid) = claim.uid.clone() else {
+        return true;
+    };
+    let key = ClaimKey {
+        uid,
+        namespace: claim.namespace.clone().unwrap_or_default(),
+        name: claim.name.clone().unwrap_or_default(),
+    };
+    live_claim(ctx, &key).is_some()
+}
+
+/// DeleteVolume for the volume `volume` describes, with its provisioner secret.
+async fn delete_volume<D: VolumeDriver>(
+    ctx: &Context<D>,
+    volume: &PersistentVolume,
+) -> Result<(), String> {
+    let volume_id = volume_handle(volume)
+        .map_err(|err| err.event_message())?
+        .to_owned();
+    let secrets = deletion_secrets(ctx, volume)
+        .await
+        .map_err(|err| csi_common::logging::error_chain(&err))?;
+    ctx.driver
+        .delete_volume(DeleteVolumeRequest { volume_id, secrets })
+        .await
+        .map_err(|err| err.to_string())
+}
+
+/// Saves a freshly built PV: once now, then in the background until it is saved or its claim
+/// is gone.
+pub(crate) async fn store<D: VolumeDriver>(ctx: &Context<D>, pending: PendingVolume) {
+    match attempt(ctx, &pending).await {
+        Attempt::Saved => saved(ctx, &pending),
+        Attempt::Abandoned => {}
+        Attempt::Failed => {
             let name = pending.volume.metadata.name.clone().unwrap_or_default();
-            tracing::error!(volume = %name, error = csi_common::logging::error_chain(&err), "Failed to save volume");
             ctx.unsaved.push(name, pending);
         }
     }
@@ -125,14 +202,17 @@ pub(crate) async fn store<D>(ctx: &Context<D>, pending: PendingVolume) {
 pub(crate) async fn worker<D: VolumeDriver>(ctx: Arc<Context<D>>) {
     while let Some(name) = ctx.unsaved.queue.get().await {
         if let Some(pending) = ctx.unsaved.get(&name) {
-            match create(&ctx, &pending.volume).await {
-                Ok(()) => {
+            match attempt(&ctx, &pending).await {
+                Attempt::Saved => {
                     ctx.unsaved.remove(&name);
                     ctx.unsaved.queue.forget(&name);
                     saved(&ctx, &pending);
                 }
-                Err(err) => {
-                    tracing::error!(volume = %name, error = csi_common::logging::error_chain(&err), "Failed to save volume");
+                Attempt::Abandoned => {
+                    ctx.unsaved.remove(&name);
+                    ctx.unsaved.queue.forget(&name);
+                }
+                Attempt::Failed => {
                     ctx.unsaved.queue.add_rate_limited(name.clone());
                 }
             }

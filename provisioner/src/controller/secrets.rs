@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use csi_common::kube_client::KubeError;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 
@@ -17,9 +18,9 @@ pub struct FetchError {
     pub name: String,
     /// Secret namespace.
     pub namespace: String,
-    /// The API error.
+    /// The API error (`secrets "x" not found`, as client-go prints it).
     #[source]
-    pub source: kube::Error,
+    pub source: KubeError,
 }
 
 /// GETs `secret` and turns its data into the string map CSI wants (Go's `string(bytes)`; bytes
@@ -35,7 +36,7 @@ pub async fn fetch(
     let object = api.get(&secret.name).await.map_err(|source| FetchError {
         name: secret.name.clone(),
         namespace: secret.namespace.clone(),
-        source,
+        source: KubeError(source),
     })?;
     Ok(object
         .data

@@ -282,13 +282,27 @@ where
                 Ok(event) => on_event(&event),
                 Err(err) => tracing::warn!(
                     kind,
-                    error = csi_common::logging::error_chain(&err),
+                    error = watch_error_text(&err),
                     "watch failed, retrying"
                 ),
             }
         }
     };
     (reader, Box::pin(task))
+}
+
+/// A watcher error with the API error in client-go's words (kube-runtime's own text embeds
+/// kube's `Debug` dump of the Status).
+fn watch_error_text(err: &watcher::Error) -> String {
+    use csi_common::kube_client::{error_text, status_text};
+    match err {
+        watcher::Error::InitialListFailed(e) => format!("failed to list: {}", error_text(e)),
+        watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
+            format!("failed to watch: {}", error_text(e))
+        }
+        watcher::Error::WatchError(status) => format!("failed to watch: {}", status_text(status)),
+        watcher::Error::NoResourceVersion => err.to_string(),
+    }
 }
 
 fn trim_meta(meta: &mut ObjectMeta) {
@@ -337,6 +351,35 @@ mod tests {
     use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn watch_errors_carry_the_api_message_without_a_debug_dump() {
+        let gone = || {
+            Box::new(kube::core::Status {
+                code: 410,
+                message: "too old resource version: 1 (336)".into(),
+                reason: "Expired".into(),
+                ..kube::core::Status::default()
+            })
+        };
+        let cases = [
+            (
+                watcher::Error::InitialListFailed(kube::Error::Api(gone())),
+                "failed to list: too old resource version: 1 (336)",
+            ),
+            (
+                watcher::Error::WatchFailed(kube::Error::Api(gone())),
+                "failed to watch: too old resource version: 1 (336)",
+            ),
+            (
+                watcher::Error::WatchError(gone()),
+                "failed to watch: too old resource version: 1 (336)",
+            ),
+        ];
+        for (err, want) in cases {
+            assert_eq!(watch_error_text(&err), want);
+        }
+    }
 
     #[test]
     fn nodes_are_cached_with_labels_only() {

@@ -9,7 +9,7 @@ use csi_common::capabilities::{ControllerCapability, PluginCapabilities, PluginS
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, Event, ObjectReference, PersistentVolume, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PersistentVolumeSpec, PersistentVolumeStatus,
-    VolumeResourceRequirements,
+    TypedLocalObjectReference, VolumeResourceRequirements,
 };
 use k8s_openapi::api::storage::v1::{
     StorageClass, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
@@ -117,19 +117,25 @@ struct Harness {
     server: ApiServer,
     client: kube::Client,
     driver: FakeDriver,
+    registry: prometheus::Registry,
     stop: Arc<Notify>,
     task: tokio::task::JoinHandle<Result<(), Error>>,
 }
 
 impl Harness {
     async fn start(attachments: bool) -> Self {
-        let server = ApiServer::new();
-        let client = server.client();
-        let driver = FakeDriver::default();
         let mut rpcs = vec![ControllerCapability::CreateDeleteVolume];
         if attachments {
             rpcs.push(ControllerCapability::PublishUnpublishVolume);
         }
+        Self::with_capabilities(rpcs).await
+    }
+
+    /// A driver with these controller capabilities.
+    async fn with_capabilities(rpcs: Vec<ControllerCapability>) -> Self {
+        let server = ApiServer::new();
+        let client = server.client();
+        let driver = FakeDriver::default();
         let options = crate::request::ProvisionOptions {
             driver_name: DRIVER.into(),
             volume_name_prefix: "pvc".into(),
@@ -162,7 +168,7 @@ impl Harness {
                 },
                 timeout: Duration::from_secs(1),
                 topology: false,
-                attachments,
+                attachments: rpcs.contains(&ControllerCapability::PublishUnpublishVolume),
                 vac_gate: None,
             },
             recorder,
@@ -178,6 +184,7 @@ impl Harness {
             server,
             client,
             driver,
+            registry,
             stop,
             task,
         };
@@ -212,40 +219,25 @@ impl Harness {
     }
 
     async fn create_claim(&self, name: &str) -> PersistentVolumeClaim {
-        self.create_claim_with(name, true).await
+        self.create_claim_with(name, "fast", true).await
     }
 
     /// A claim no controller-manager has handed to our driver yet.
     async fn create_claim_unannotated(&self, name: &str) -> PersistentVolumeClaim {
-        self.create_claim_with(name, false).await
+        self.create_claim_with(name, "fast", false).await
     }
 
-    async fn create_claim_with(&self, name: &str, annotated: bool) -> PersistentVolumeClaim {
-        let claim = PersistentVolumeClaim {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                annotations: annotated.then(|| {
-                    BTreeMap::from([(
-                        "volume.kubernetes.io/storage-provisioner".into(),
-                        DRIVER.into(),
-                    )])
-                }),
-                ..ObjectMeta::default()
-            },
-            spec: Some(PersistentVolumeClaimSpec {
-                access_modes: Some(vec!["ReadWriteOnce".into()]),
-                storage_class_name: Some("fast".into()),
-                resources: Some(VolumeResourceRequirements {
-                    requests: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
-                    ..VolumeResourceRequirements::default()
-                }),
-                ..PersistentVolumeClaimSpec::default()
-            }),
-            ..PersistentVolumeClaim::default()
-        };
+    async fn create_claim_with(
+        &self,
+        name: &str,
+        class: &str,
+        annotated: bool,
+    ) -> PersistentVolumeClaim {
         self.claims()
-            .create(&PostParams::default(), &claim)
+            .create(
+                &PostParams::default(),
+                &claim_object(name, class, annotated),
+            )
             .await
             .unwrap()
     }
@@ -276,6 +268,14 @@ impl Harness {
             .await;
     }
 
+    /// The value of one counter series (`name{labels}` as rendered), 0 while it does not exist.
+    fn counter(&self, series: &str) -> u64 {
+        let text = csi_common::metrics::render(&self.registry).unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0, |value| value.parse().unwrap())
+    }
+
     async fn events(&self, reason: &str) -> Vec<Event> {
         Api::<Event>::namespaced(self.client.clone(), "default")
             .list(&ListParams::default())
@@ -285,6 +285,34 @@ impl Harness {
             .into_iter()
             .filter(|e| e.reason.as_deref() == Some(reason))
             .collect()
+    }
+}
+
+/// A 1Gi ReadWriteOnce claim of `class`; `annotated`: already handed to our driver by the
+/// controller-manager.
+fn claim_object(name: &str, class: &str, annotated: bool) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            annotations: annotated.then(|| {
+                BTreeMap::from([(
+                    "volume.kubernetes.io/storage-provisioner".into(),
+                    DRIVER.into(),
+                )])
+            }),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: Some(class.into()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
     }
 }
 
@@ -495,6 +523,128 @@ async fn a_claim_deleted_while_create_volume_is_in_flight_does_not_leak_its_volu
     );
     tokio::time::sleep(MAX).await;
     assert!(h.volumes().get_opt(&pv_name).await.unwrap().is_none());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_missing_provisioner_secret_is_reported_in_client_go_words() {
+    let h = Harness::start(false).await;
+    let class = StorageClass {
+        metadata: ObjectMeta {
+            name: Some("secured".into()),
+            ..ObjectMeta::default()
+        },
+        provisioner: DRIVER.into(),
+        parameters: Some(BTreeMap::from([
+            (
+                crate::params::PREFIXED_PROVISIONER_SECRET_NAME_KEY.into(),
+                "absent".into(),
+            ),
+            (
+                crate::params::PREFIXED_PROVISIONER_SECRET_NAMESPACE_KEY.into(),
+                "default".into(),
+            ),
+        ])),
+        ..StorageClass::default()
+    };
+    Api::<StorageClass>::all(h.client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    h.create_claim_with("data", "secured", true).await;
+    let failed = eventually("ProvisioningFailed", async || {
+        h.events("ProvisioningFailed").await.into_iter().next()
+    })
+    .await;
+    // external-provisioner `getCredentials` wraps client-go's error, which prints the API
+    // server's Status message and nothing else.
+    assert_eq!(
+        failed.message.as_deref(),
+        Some(r#"error getting secret absent in namespace default: secrets "absent" not found"#)
+    );
+    assert!(h.driver.creates().is_empty());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_claim_deleted_before_its_pv_is_saved_gets_no_pv_and_its_volume_is_deleted() {
+    let h = Harness::start(false).await;
+    // The driver answers, but every PV create fails until the deletion has been seen: the
+    // answered volume waits in `unsavedpvs` while its claim goes away.
+    h.server
+        .faults()
+        .fail("create", "persistentvolumes", 500, usize::MAX);
+    let claim = h.create_claim("data").await;
+    let pv_name = format!("pvc-{}", uid(&claim));
+    eventually("the PV waiting to be saved", async || {
+        (h.counter(r#"workqueue_adds_total{name="unsavedpvs"}"#) >= 1).then_some(())
+    })
+    .await;
+    h.delete_claim("data").await;
+
+    let deletes = eventually("the volume deleted", async || {
+        let deletes = h.driver.deletes();
+        (!deletes.is_empty()).then_some(deletes)
+    })
+    .await;
+    assert_eq!(deletes[0].volume_id, format!("vol-{pv_name}"));
+    assert!(h.driver.volumes().is_empty());
+    // Deleting the volume ended the save: the PV is never written, whatever the API server does.
+    h.server.faults().clear();
+    assert!(h.volumes().get_opt(&pv_name).await.unwrap().is_none());
+    assert!(h.events("ProvisioningSucceeded").await.is_empty());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_refused_clone_is_not_retried_until_the_claim_changes() {
+    let h = Harness::with_capabilities(vec![
+        ControllerCapability::CreateDeleteVolume,
+        ControllerCapability::CloneVolume,
+    ])
+    .await;
+    let mut clone = claim_object("copy", "fast", true);
+    clone.spec.as_mut().unwrap().data_source = Some(TypedLocalObjectReference {
+        api_group: None,
+        kind: "PersistentVolumeClaim".into(),
+        name: "original".into(),
+    });
+    h.claims()
+        .create(&PostParams::default(), &clone)
+        .await
+        .unwrap();
+    let refused = |count: i32| {
+        let h = &h;
+        async move {
+            let events = h.events("ProvisioningFailed").await;
+            let event = events
+                .into_iter()
+                .find(|e| e.involved_object.name.as_deref() == Some("copy"))?;
+            (event.count >= Some(count)).then_some(event)
+        }
+    };
+    let first = eventually("the refusal", async || refused(1).await).await;
+    assert!(
+        first
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("not supported yet"),
+        "{first:?}"
+    );
+
+    // An edit is what brings the claim back (someone may have removed the data source).
+    let mut edited = h.claims().get("copy").await.unwrap();
+    edited.metadata.labels = Some(BTreeMap::from([("edited".into(), "yes".into())]));
+    h.claims()
+        .replace("copy", &PostParams::default(), &edited)
+        .await
+        .unwrap();
+    let second = eventually("the refusal after the edit", async || refused(2).await).await;
+    // Both attempts came from the claim's own changes: none from a backoff retry.
+    assert_eq!(second.count, Some(2));
+    assert_eq!(h.counter(r#"workqueue_retries_total{name="claims"}"#), 0);
+    assert!(h.driver.creates().is_empty());
     h.stop().await;
 }
 

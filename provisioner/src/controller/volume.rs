@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::csi::VolumeDriver;
 use crate::decide::{PV_FINALIZER, VolumeStep, decide_volume, pv_class_name, volume_handle};
 use crate::events::{EventType, reference};
-use crate::secrets::deletion_secret;
+use crate::secrets::{DeletionSecretError, deletion_secret};
 
 use super::claim::Outcome;
 use super::{Context, secrets};
@@ -69,7 +69,7 @@ async fn patch_or_retry<D>(ctx: &Context<D>, name: &str, patch: serde_json::Valu
         Err(err) => {
             tracing::warn!(
                 volume = name,
-                error = csi_common::logging::error_chain(&err),
+                error = csi_common::kube_client::error_text(&err),
                 "cannot update the volume's finalizers"
             );
             Outcome::Retry
@@ -144,17 +144,8 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
             "persistentvolume {name} is still attached to node {node}"
         ));
     }
-    let class_object = ctx.stores.class(&class);
-    let secrets = match deletion_secret(volume, class_object.as_deref()) {
-        Ok(Some(secret)) => match secrets::fetch(&ctx.client, &secret).await {
-            Ok(data) => data,
-            Err(err) => {
-                // Upstream only logs this: the secret may be gone with its namespace.
-                tracing::warn!(volume = %name, error = csi_common::logging::error_chain(&err), "deleting without provisioner secret");
-                HashMap::default()
-            }
-        },
-        Ok(None) => HashMap::default(),
+    let secrets = match deletion_secrets(ctx, volume).await {
+        Ok(secrets) => secrets,
         Err(err) => return failed(csi_common::logging::error_chain(&err)),
     };
 
@@ -169,7 +160,7 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 404 => {}
         Err(err) => {
-            tracing::warn!(volume = %name, error = csi_common::logging::error_chain(&err), "Failed to delete volume");
+            tracing::warn!(volume = %name, error = csi_common::kube_client::error_text(&err), "Failed to delete volume");
             return Outcome::Retry;
         }
     }
@@ -178,7 +169,7 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
     let current = ctx.stores.volume(&name);
     let patch = remove_finalizer_patch(current.as_deref().unwrap_or(volume));
     if let Err(err) = patch_volume(ctx, &name, &patch).await {
-        tracing::warn!(volume = %name, error = csi_common::logging::error_chain(&err), "cannot remove the provisioner finalizer");
+        tracing::warn!(volume = %name, error = csi_common::kube_client::error_text(&err), "cannot remove the provisioner finalizer");
         return Outcome::Retry;
     }
     // Events the DELETE and PATCH caused may still show the PV with our finalizer.
@@ -187,6 +178,31 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
     }
     ctx.metrics.deleted(&class, started.elapsed());
     Outcome::Done
+}
+
+/// The `secrets` of DeleteVolume for `volume` (spec §5 step 4e): the provisioner secret its
+/// annotations (or, for old PVs, its class) name. A secret that cannot be read is only logged
+/// and the volume deleted without it, as upstream does: it may be gone with its namespace.
+pub(crate) async fn deletion_secrets<D>(
+    ctx: &Context<D>,
+    volume: &PersistentVolume,
+) -> Result<HashMap<String, String>, DeletionSecretError> {
+    let class = ctx.stores.class(&pv_class_name(volume));
+    let Some(secret) = deletion_secret(volume, class.as_deref())? else {
+        return Ok(HashMap::default());
+    };
+    match secrets::fetch(&ctx.client, &secret).await {
+        Ok(data) => Ok(data),
+        Err(err) => {
+            let name = volume.metadata.name.as_deref().unwrap_or_default();
+            tracing::warn!(
+                volume = name,
+                error = csi_common::logging::error_chain(&err),
+                "deleting without provisioner secret"
+            );
+            Ok(HashMap::default())
+        }
+    }
 }
 
 #[cfg(test)]

@@ -464,7 +464,7 @@ fn bad_input_fails_with_upstream_messages_and_states() {
                     .unwrap()
                     .insert(crate::decide::ANN_SELECTED_NODE.into(), "gone".into());
             }),
-            r#"node "gone" not found"#,
+            r#"failed to get selected CSINode gone: csinode.storage.k8s.io "gone" not found"#,
             Reschedule,
         ),
     ];
@@ -519,6 +519,30 @@ fn topology_failures_map_to_reschedule_or_no_change() {
         )
         .unwrap_err()
     };
+    // A Node that is gone while its CSINode is still cached: upstream never looks the Node up,
+    // so its missing labels are what fails (spec §4.3 step 11), and nothing is rescheduled.
+    let csinodes = fixture_cluster().1;
+    let err = plan_provision(
+        &opts,
+        &ProvisionInputs {
+            pvc: &fixture_pvc(),
+            class: &fixture_class(),
+            selected_node: Some("ref-node"),
+            topology: TopologyView {
+                nodes: &[],
+                csinodes: &csinodes,
+            },
+            cached_requirement: None,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.state(), ProvisioningState::NoChange);
+    assert!(
+        err.event_message().starts_with(
+            "error generating accessibility requirements: topology labels from selected node map[]"
+        ),
+        "{err}"
+    );
     let err = run(&[], Some("ref-node"));
     assert_eq!(err.state(), ProvisioningState::Reschedule);
     assert_eq!(

@@ -186,6 +186,27 @@ impl Cluster {
         (claim, volume)
     }
 
+    /// Waits until PV `name` no longer exists.
+    pub(crate) async fn volume_gone(&self, name: &str, timeout: Duration) {
+        eventually(&format!("PV {name} gone"), timeout, async || {
+            self.volumes()
+                .get_opt(name)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// Waits for the first Event with `reason`.
+    pub(crate) async fn first_event(&self, reason: &str, timeout: Duration) -> Event {
+        eventually(&format!("a {reason} Event"), timeout, async || {
+            self.events(reason).await.into_iter().next()
+        })
+        .await
+    }
+
     pub(crate) async fn events(&self, reason: &str) -> Vec<Event> {
         Api::<Event>::namespaced(self.client.clone(), NAMESPACE)
             .list(&ListParams::default())
@@ -340,6 +361,27 @@ impl Provisioner {
             .expect("the provisioner exits")
             .unwrap();
         status.code()
+    }
+
+    /// Sends SIGTERM, as kubelet does to stop the container.
+    pub(crate) async fn sigterm(&self) {
+        let pid = self.child.id().unwrap().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits until the log contains `line`: the positive signal that the process got there.
+    pub(crate) async fn wait_logged(&self, line: &str) {
+        eventually(
+            &format!("{line:?} in the {} log", self.name),
+            Duration::from_secs(20),
+            async || self.log().contains(line).then_some(()),
+        )
+        .await;
     }
 
     pub(crate) fn kill(&mut self) {
