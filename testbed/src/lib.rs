@@ -2,6 +2,7 @@
 //! Kubernetes API server and fakes of the other cluster parts the sidecars talk to.
 
 pub mod apiserver;
+pub mod grpc_dial;
 pub mod http_client;
 pub mod kcm;
 pub mod kubelet;
