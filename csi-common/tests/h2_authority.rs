@@ -711,3 +711,30 @@ impl proto::pluginregistration::v1::registration_server::Registration for Unused
         Err(tonic::Status::unimplemented("unused"))
     }
 }
+
+/// RFC 9113 §5.3.1: a stream depending on itself is a stream error. h2 alone resets the stream
+/// without decoding the block, so when the block continues in a CONTINUATION it then ends the
+/// whole connection; behind the layer the block arrives joined and only the stream is reset.
+#[test]
+fn a_self_dependent_split_block_costs_the_stream_not_the_connection() {
+    let mut block = Vec::new();
+    literal(b":method", b"POST", &mut block);
+    literal(b":scheme", b"http", &mut block);
+    literal(b":path", b"/x", &mut block);
+    let (first, rest) = block.split_at(4);
+    let mut payload = vec![0, 0, 0, 1, 16];
+    payload.extend_from_slice(first);
+    let mut bytes = frame(HEADERS, PRIORITY | END_STREAM, 1, &payload);
+    bytes.extend(frame(CONTINUATION, END_HEADERS, 1, rest));
+    let blocks = vec![vec![bytes]];
+    let (direct, layered) = block_on(async {
+        (
+            exchange(&blocks, false).await,
+            exchange(&blocks, true).await,
+        )
+    });
+    assert_eq!(direct.error, Some((Some(1), true)), "{direct:?}");
+    assert_eq!(layered.error, None, "{layered:?}");
+    assert_eq!(layered.resets, BTreeSet::from([(1, 1)]));
+    assert!(layered.requests.is_empty());
+}

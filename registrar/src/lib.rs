@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use csi_common::connection::{self, ConnectOptions, CsiAddress};
+use csi_common::h2_authority::RepairAuthority;
 use csi_common::http::{self as diag, Listener};
 use csi_common::identity;
 use csi_common::metrics::{CsiMetrics, ProcessMetrics};
@@ -148,7 +149,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> R
         failures,
         stopping_rx,
     );
-    let incoming = ReceiverStream::new(incoming).map(Ok::<_, std::io::Error>);
+    // Kubelet's plugin manager dials with grpc-go's passthrough resolver, so its requests carry
+    // `:authority` = the socket path, which h2 refuses (RST_STREAM PROTOCOL_ERROR): repair it
+    // before tonic sees it (see csi_common::h2_authority).
+    let incoming = ReceiverStream::new(incoming)
+        .map(|stream| Ok::<_, std::io::Error>(RepairAuthority::new(stream)));
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(RegistrationServer::new(service))

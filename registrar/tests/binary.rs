@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use testbed::grpc_dial::Authority;
 use testbed::http_client::{self, HttpResponse};
 use testbed::kubelet::{FakeKubelet, KubeletConfig, KubeletEvent, NotifyOutcome, Verdict};
 use testbed::mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
@@ -68,10 +69,16 @@ impl Node {
     }
 
     fn kubelet_with(&self, verdict: Verdict) -> FakeKubelet {
+        self.kubelet_dialing(verdict, Authority::SocketPath)
+    }
+
+    /// A kubelet whose registration calls carry `authority` (kubelet's own: the socket path).
+    fn kubelet_dialing(&self, verdict: Verdict, authority: Authority) -> FakeKubelet {
         FakeKubelet::start(KubeletConfig {
             verdict,
             dial_timeout: Duration::from_secs(1),
             initial_backoff: Duration::from_millis(100),
+            registration_authority: authority,
             ..KubeletConfig::new(&self.plugins)
         })
         .unwrap()
@@ -208,6 +215,31 @@ async fn registration_with_the_kubelet_succeeds() {
         (404, "404 page not found\n")
     );
     assert_eq!(metrics.header("x-content-type-options"), Some("nosniff"));
+}
+
+/// Kubelet's plugin manager sends `:authority` = the socket path (grpc-go, passthrough
+/// resolver), which h2 alone resets with PROTOCOL_ERROR; other clients send an empty value,
+/// `localhost` or none. Every style registers, and the registrar answers both calls.
+#[tokio::test]
+async fn every_client_style_of_authority_registers_including_the_socket_path_kubelet_sends() {
+    for authority in Authority::ALL {
+        let node = Node::new().await;
+        let kubelet = node.kubelet_dialing(Verdict::Accept, authority);
+        let registrar = node.start(&[]);
+        let plugin = kubelet
+            .wait_registered(DRIVER, WAIT)
+            .await
+            .unwrap_or_else(|err| panic!("{authority:?}: {err}"));
+        assert_eq!(
+            plugin.notified,
+            NotifyOutcome::Acknowledged,
+            "{authority:?}"
+        );
+        assert_eq!(plugin.node.unwrap().node_id, "ref-node", "{authority:?}");
+        registrar.signal("TERM").await;
+        let (code, stderr) = registrar.exit().await;
+        assert_eq!(code, Some(0), "{authority:?}: {stderr}");
+    }
 }
 
 #[tokio::test]

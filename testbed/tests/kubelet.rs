@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use csi_common::h2_authority::RepairAuthority;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -18,12 +19,14 @@ use proto::pluginregistration::v1::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
 };
 use testbed::apiserver::ApiServer;
+use testbed::grpc_dial::Authority;
 use testbed::kubelet::{
     FakeKubelet, KubeletConfig, KubeletEvent, NODE_ID_ANNOTATION, NodeApi, NotifyOutcome, Verdict,
 };
 use testbed::mock_csi::{MockDriver, MockDriverConfig, MockDriverHandle};
 use tokio::net::UnixListener;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
@@ -85,19 +88,37 @@ fn csi_info(name: &str, endpoint: &Path) -> PluginInfo {
     }
 }
 
+/// Serves a scripted plugin behind the `:authority` repair layer, as our registrar does.
 fn serve(socket: PathBuf, info: PluginInfo, fail_get_info: usize) -> RunningPlugin {
+    serve_with(socket, info, fail_get_info, true)
+}
+
+/// [`serve`], or a plain tonic server when `repaired` is false.
+fn serve_with(
+    socket: PathBuf,
+    info: PluginInfo,
+    fail_get_info: usize,
+    repaired: bool,
+) -> RunningPlugin {
     let plugin = Plugin {
         info,
         fail_get_info: Arc::new(Mutex::new(fail_get_info)),
         notified: Arc::default(),
     };
-    let listener = UnixListener::bind(&socket).unwrap();
-    let server = tonic::transport::Server::builder()
-        .add_service(RegistrationServer::new(plugin.clone()))
-        .serve_with_incoming(UnixListenerStream::new(listener));
-    let task = tokio::spawn(async move {
-        let _ = server.await;
-    });
+    let incoming = UnixListenerStream::new(UnixListener::bind(&socket).unwrap());
+    let router =
+        tonic::transport::Server::builder().add_service(RegistrationServer::new(plugin.clone()));
+    let task = if repaired {
+        tokio::spawn(async move {
+            let _ = router
+                .serve_with_incoming(incoming.map(|s| s.map(RepairAuthority::new)))
+                .await;
+        })
+    } else {
+        tokio::spawn(async move {
+            let _ = router.serve_with_incoming(incoming).await;
+        })
+    };
     RunningPlugin {
         plugin,
         socket,
@@ -388,6 +409,82 @@ async fn a_plugin_that_fails_get_info_is_retried_with_backoff_without_notificati
         assert_eq!(notified, NotifyOutcome::NotSent);
     }
     assert_eq!(plugin.notified().len(), 1);
+}
+
+/// What a real kubelet does to a plugin whose plain h2 server refuses the socket path as
+/// `:authority`: GetInfo fails with grpc-go's RST_STREAM text, the plugin is never notified,
+/// and kubelet retries for ever.
+#[tokio::test]
+async fn a_plugin_that_refuses_the_socket_path_authority_never_registers_like_on_a_real_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver().await;
+    let kubelet = FakeKubelet::start(config(dir.path())).unwrap();
+    let socket = dir.path().join("plain-reg.sock");
+    let plugin = serve_with(
+        socket.clone(),
+        csi_info("plain.example.com", driver.socket_path()),
+        0,
+        false,
+    );
+    // Two failed attempts: the first and a retry after the backoff.
+    let second = kubelet
+        .wait_until("two failed attempts", WAIT, |s| {
+            let failures: Vec<KubeletEvent> = s
+                .events
+                .iter()
+                .filter(|e| matches!(e, KubeletEvent::RegistrationFailed { .. }))
+                .cloned()
+                .collect();
+            (failures.len() >= 2).then_some(failures)
+        })
+        .await
+        .unwrap();
+    for failure in second {
+        let KubeletEvent::RegistrationFailed {
+            error,
+            notified,
+            info,
+            ..
+        } = failure
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            error,
+            format!(
+                "RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket {}, err: rpc error: code = Internal desc = stream terminated by RST_STREAM with error code: PROTOCOL_ERROR",
+                socket.display()
+            )
+        );
+        assert_eq!(info, None);
+        assert_eq!(notified, NotifyOutcome::NotSent);
+    }
+    assert!(plugin.notified().is_empty());
+    assert_eq!(driver.call_count(testbed::mock_csi::Method::NodeGetInfo), 0);
+}
+
+/// The same plugin behind the repair layer registers with every client style.
+#[tokio::test]
+async fn a_repaired_plugin_registers_whatever_authority_the_client_sends() {
+    for authority in Authority::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let driver = driver().await;
+        let kubelet = FakeKubelet::start(KubeletConfig {
+            registration_authority: authority,
+            ..config(dir.path())
+        })
+        .unwrap();
+        let plugin = serve(
+            dir.path().join("r-reg.sock"),
+            csi_info("r.example.com", driver.socket_path()),
+            0,
+        );
+        kubelet
+            .wait_registered("r.example.com", WAIT)
+            .await
+            .unwrap();
+        assert_eq!(plugin.notified().len(), 1, "{authority:?}");
+    }
 }
 
 #[tokio::test]

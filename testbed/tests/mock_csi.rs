@@ -16,6 +16,7 @@ use proto::csi::v1 as csi;
 use proto::csi::v1::controller_client::ControllerClient;
 use proto::csi::v1::identity_client::IdentityClient;
 use proto::csi::v1::node_client::NodeClient;
+use testbed::grpc_dial::{self, Authority};
 use testbed::mock_csi::{
     Action, ControllerRpc, Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle,
     MockVolume, When,
@@ -152,6 +153,27 @@ async fn identity_reports_the_configured_name_capabilities_and_absent_readiness(
             .iter()
             .all(|call| call.code == Some(Code::Ok))
     );
+}
+
+/// Go tools dial drivers with `:authority` values h2 refuses (grpc-go's passthrough socket
+/// path, empty): the mock driver answers every style, as a real driver must.
+#[tokio::test]
+async fn every_client_style_of_authority_reaches_the_driver() {
+    let (driver, _) = start(MockDriverConfig::default()).await;
+    for authority in Authority::ALL {
+        let channel = grpc_dial::dial(driver.socket_path(), authority)
+            .await
+            .unwrap();
+        let mut identity = IdentityClient::new(channel);
+        // Twice: the second request uses the dynamic table entries the first added.
+        for _ in 0..2 {
+            identity
+                .probe(csi::ProbeRequest {})
+                .await
+                .unwrap_or_else(|status| panic!("{authority:?}: {status:?}"));
+        }
+    }
+    assert_eq!(driver.call_count(Method::Probe), 2 * Authority::ALL.len());
 }
 
 #[tokio::test]

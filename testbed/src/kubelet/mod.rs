@@ -8,6 +8,11 @@
 //!   start-up; this fake polls it every [`KubeletConfig::poll_interval`] (100 ms by default). A
 //!   plugin is a unix socket whose name does not start with `.`, whatever its extension
 //!   ([`scan`]). A deleted and re-created socket is a new plugin instance.
+//! * **The dial.** Like kubelet's plugin manager (grpc-go, passthrough resolver, custom
+//!   dialer), every registration request carries `:authority` = the socket path; a
+//!   registrar whose HTTP/2 server refuses that never registers, exactly as on a real node
+//!   ([`KubeletConfig::registration_authority`] selects other clients' styles). `NodeGetInfo`
+//!   goes out with `localhost`, as kubelet's CSI client sends it.
 //! * **Registration** (`register.rs`): `GetInfo`, validation of type and versions, `NodeGetInfo`
 //!   on the returned endpoint, optionally the Node annotation and `CSINode` entry
 //!   (`node_info.rs`, when [`KubeletConfig::node_api`] is set), then `NotifyRegistrationStatus`
@@ -54,6 +59,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use proto::pluginregistration::v1::PluginInfo;
+
+use crate::grpc_dial::Authority;
 use tokio::sync::{oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -130,6 +137,11 @@ pub struct KubeletConfig {
     pub max_backoff: Duration,
     /// Where to record the driver (Node annotation and CSINode); `None` writes nothing.
     pub node_api: Option<NodeApi>,
+    /// The `:authority` of registration calls (`GetInfo`, `NotifyRegistrationStatus`).
+    /// Kubelet's plugin manager sends the socket path (grpc-go's passthrough resolver with a
+    /// custom dialer), which h2-based servers refuse unless they repair it; the other styles
+    /// are what other clients send.
+    pub registration_authority: Authority,
 }
 
 impl KubeletConfig {
@@ -145,6 +157,7 @@ impl KubeletConfig {
             initial_backoff: INITIAL_BACKOFF,
             max_backoff: MAX_BACKOFF,
             node_api: None,
+            registration_authority: Authority::SocketPath,
         }
     }
 }

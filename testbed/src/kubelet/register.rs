@@ -2,8 +2,9 @@
 //! (`pluginmanager/operationexecutor/operation_generator.go`) and its CSI handler
 //! (`pkg/volume/csi/csi_plugin.go`) do it:
 //!
-//! 1. dial the socket (kubelet: 10 s, blocking) and call `GetInfo` within 1 s; a failure here is
-//!    only logged, the plugin is not notified;
+//! 1. dial the socket (kubelet: 10 s, blocking; grpc-go's passthrough resolver, so every request
+//!    carries `:authority` = the socket path, see [`crate::grpc_dial`]) and call `GetInfo`
+//!    within 1 s; a failure here is only logged, the plugin is not notified;
 //! 2. no handler for the plugin type (only `CSIPlugin` here) → notify `false`;
 //! 3. an empty endpoint means the socket itself;
 //! 4. `ValidatePlugin`: a v1 version must be among `supported_versions`, and a driver of the same
@@ -18,6 +19,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use csi_common::logging::error_chain;
+
+use crate::grpc_dial::{self, Authority};
 
 use proto::csi::v1::NodeGetInfoRequest;
 use proto::csi::v1::node_client::NodeClient;
@@ -72,7 +75,13 @@ impl Attempt<'_> {
             error,
             notified: NotifyOutcome::NotSent,
         };
-        let channel = match dial(socket, self.config.dial_timeout).await {
+        let channel = match dial(
+            socket,
+            self.config.dial_timeout,
+            self.config.registration_authority,
+        )
+        .await
+        {
             Ok(channel) => channel,
             Err(err) => {
                 return failed(
@@ -210,10 +219,14 @@ impl Attempt<'_> {
 }
 
 /// Kubelet's blocking dial: retry until a connection is made or `timeout` passes.
-pub(super) async fn dial(path: &Path, timeout: Duration) -> Result<Channel, String> {
+pub(super) async fn dial(
+    path: &Path,
+    timeout: Duration,
+    authority: Authority,
+) -> Result<Channel, String> {
     let attempts = async {
         loop {
-            match connect_once(path).await {
+            match connect_once(path, authority).await {
                 Ok(channel) => return Ok::<_, String>(channel),
                 Err(err) => {
                     tracing::trace!(path = %path.display(), error = %err, "dial attempt failed");
@@ -227,17 +240,22 @@ pub(super) async fn dial(path: &Path, timeout: Duration) -> Result<Channel, Stri
         .unwrap_or_else(|_| Err("context deadline exceeded".to_owned()))
 }
 
-async fn connect_once(path: &Path) -> Result<Channel, String> {
-    csi_common::connection::dial_once(path)
+async fn connect_once(path: &Path, authority: Authority) -> Result<Channel, String> {
+    grpc_dial::dial(path, authority)
         .await
         .map_err(|err| error_chain(&err))
 }
 
-/// `NodeGetInfo` on the driver endpoint (kubelet's CSI client dials it as a unix path).
+/// `NodeGetInfo` on the driver endpoint. Kubelet's CSI client dials it with
+/// `grpc.WithAuthority("localhost")` since kubernetes#112597, unlike the registration dial.
 async fn node_get_info(endpoint: &str, config: &KubeletConfig) -> Result<NodeInfo, String> {
-    let channel = dial(Path::new(endpoint), config.dial_timeout)
-        .await
-        .map_err(|err| format!("failed to dial CSI driver at {endpoint}: {err}"))?;
+    let channel = dial(
+        Path::new(endpoint),
+        config.dial_timeout,
+        Authority::Localhost,
+    )
+    .await
+    .map_err(|err| format!("failed to dial CSI driver at {endpoint}: {err}"))?;
     let mut request = tonic::Request::new(NodeGetInfoRequest {});
     request.set_timeout(config.csi_timeout);
     let call = async { NodeClient::new(channel).node_get_info(request).await };
@@ -280,6 +298,24 @@ fn go_status(status: &tonic::Status) -> String {
     format!(
         "rpc error: code = {:?} desc = {}",
         status.code(),
-        status.message()
+        reset_reason(status).map_or_else(
+            || status.message().to_owned(),
+            // grpc-go's words for a stream the server reset, as kubelet logs them.
+            |reason| format!("stream terminated by RST_STREAM with error code: {reason:?}")
+        )
     )
+}
+
+/// The RST_STREAM reason behind a failed call, if the server reset the stream.
+fn reset_reason(status: &tonic::Status) -> Option<h2::Reason> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        if let Some(h2) = err.downcast_ref::<h2::Error>()
+            && h2.is_reset()
+        {
+            return h2.reason();
+        }
+        source = err.source();
+    }
+    None
 }

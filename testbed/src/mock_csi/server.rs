@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use csi_common::h2_authority::RepairAuthority;
 use prost::Message;
 use proto::csi::v1::controller_server::ControllerServer;
 use proto::csi::v1::identity_server::IdentityServer;
@@ -316,7 +317,13 @@ impl MockDriverHandle {
         let connections = Arc::new(Connections::default());
         let incoming = UnixListenerStream::new(listener).map({
             let connections = Arc::clone(&connections);
-            move |accepted| accepted.and_then(|stream| connections.track(stream))
+            // Real drivers are dialed by Go tools (csi-sanity, csc, kubelet's CSI client) whose
+            // `:authority` h2 may refuse; accept them as a driver must.
+            move |accepted| {
+                accepted
+                    .and_then(|stream| connections.track(stream))
+                    .map(RepairAuthority::new)
+            }
         });
         let (stopped_tx, stopped_rx) = watch::channel(false);
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();

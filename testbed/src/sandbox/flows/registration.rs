@@ -1,6 +1,8 @@
 //! node-driver-registrar flow: kubelet's plugin watcher (the fake one in [`crate::kubelet`],
 //! writing to the sandbox's API server) finds the registration socket, registers the driver
-//! (`GetInfo`, `NodeGetInfo` on the announced endpoint, Node annotation and `CSINode`), and the
+//! (`GetInfo` and `NotifyRegistrationStatus` with `:authority` = the socket path as kubelet's
+//! grpc-go dial sends it, `NodeGetInfo` on the announced endpoint, Node annotation and
+//! `CSINode`), and the
 //! registrar's `/healthz` follows its socket. Then the socket is deleted: kubelet de-registers
 //! the driver and the registrar puts the socket back, so the driver is registered again.
 
@@ -13,6 +15,7 @@ use kube::Api;
 use kube::api::PostParams;
 
 use super::{FlowError, FlowResult, ms_since, require_sidecar};
+use crate::grpc_dial::Authority;
 use crate::http_client;
 use crate::kubelet::{FakeKubelet, KubeletConfig, NODE_ID_ANNOTATION, NodeApi};
 use crate::sandbox::{NODE_NAME, Sandbox};
@@ -65,6 +68,8 @@ pub(super) async fn registered(sb: &Sandbox) -> FlowResult {
             client: sb.client().clone(),
             node_name: NODE_NAME.to_owned(),
         }),
+        // What a real kubelet sends; a registrar that refuses it never registers on a node.
+        registration_authority: Authority::SocketPath,
         ..KubeletConfig::new(sb.registration_dir())
     })
     .map_err(|e| failed("start the fake kubelet")(&e))?;
@@ -75,7 +80,7 @@ pub(super) async fn registered(sb: &Sandbox) -> FlowResult {
         .await
         .map_err(|e| failed("registration")(&e))?;
     notes.push(format!(
-        "kubelet registered {} from {} in {} ms: endpoint {}, versions {:?}, NodeGetInfo node id {}",
+        "kubelet (registration :authority = the socket path, as grpc-go's passthrough dial sends it) registered {} from {} in {} ms: endpoint {}, versions {:?}, NodeGetInfo node id {}",
         plugin.name,
         plugin.socket.display(),
         ms_since(start),
