@@ -183,9 +183,13 @@ async fn discover_driver(config: &Config) -> Result<(connection::Connection, Str
     let options = ConnectOptions::default()
         .with_connect_timeout(Some(config.driver_connect_timeout))
         .with_call_logging(config.log_grpc_calls);
-    let (driver, _loss) = connection::connect(&config.csi_address, options, metrics)
+    let (driver, loss) = connection::connect(&config.csi_address, options, metrics)
         .await
         .map_err(Error::Connect)?;
+    // The connection serves this one call; after it the registrar never uses it (upstream keeps
+    // it open and never acts on its loss). A driver that stops — typically with the pod, just
+    // before our own SIGTERM arrives — is therefore not a "Lost connection" error here.
+    loss.expect_close();
     tracing::debug!("Calling CSI driver to discover driver name");
     let name = identity::driver_name(&driver, config.timeout)
         .await

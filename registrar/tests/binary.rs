@@ -128,6 +128,19 @@ impl Registrar {
         Self { child, http }
     }
 
+    /// Like [`Registrar::spawn`] with stderr written to `log`, for tests that wait on a log line
+    /// while the process runs.
+    fn spawn_logging(args: &[String], log: &Path) -> Self {
+        let child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Self { child, http: None }
+    }
+
     async fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
         http_client::get(self.http.unwrap(), path, Duration::from_secs(10)).await
     }
@@ -374,6 +387,38 @@ async fn sigterm_removes_the_registration_socket_and_exits_0() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!node.socket().exists());
     kubelet.wait_deregistered(DRIVER, WAIT).await.unwrap();
+}
+
+/// The driver container stops first when the pod goes away; the registrar, which used its
+/// driver connection only for GetPluginInfo, must not log that as a lost connection.
+#[tokio::test]
+async fn a_driver_stopping_before_sigterm_is_not_a_lost_connection() {
+    let node = Node::new().await;
+    let kubelet = node.kubelet();
+    let log = node.plugins.with_file_name("registrar.log");
+    let mut args = node.args();
+    args.push("-v=5".to_owned());
+    let registrar = Registrar::spawn_logging(&args, &log);
+    kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
+    node.driver.stop().await.unwrap();
+    // Positive signal: the registrar saw the connection end (debug level at -v=5).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("Connection closed during shutdown")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    registrar.signal("TERM").await;
+    let (code, _) = registrar.exit().await;
+    assert_eq!(code, Some(0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("Lost connection"), "{text}");
 }
 
 #[tokio::test]
