@@ -11,7 +11,6 @@ pub mod args;
 pub mod controller;
 pub mod csi;
 pub mod decide;
-pub mod events;
 pub mod metrics;
 pub mod naming;
 pub mod params;
@@ -37,8 +36,8 @@ use k8s_openapi::jiff::Timestamp;
 use crate::args::Config;
 use crate::controller::{ControllerDeps, Settings};
 use crate::csi::TonicDriver;
-use crate::events::EventRecorder;
 use crate::metrics::{ControllerMetrics, WorkQueueMetrics};
+use csi_common::events::EventRecorder;
 
 /// What `main` reads from the process environment and passes in (nothing here reads it).
 #[derive(Debug, Clone, PartialEq, Eq)]

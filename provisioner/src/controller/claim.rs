@@ -27,12 +27,12 @@ use crate::csi::{CsiError, VolumeDriver};
 use crate::decide::{
     ANN_ALPHA_SELECTED_NODE, ANN_SELECTED_NODE, ClaimStep, claim_class_name, decide_claim,
 };
-use crate::events::{EventType, reference};
 use crate::naming::volume_name;
 use crate::plan_error::{POPULATOR_EVENT_MESSAGE, PlanError, ProvisioningState};
 use crate::pv::{BuildPvError, build_pv};
 use crate::request::{ProvisionInputs, ProvisionPlan, plan_provision};
 use crate::topology::TopologyView;
+use csi_common::events::{EventType, reference};
 
 use super::in_progress::Entry;
 use super::save::{self, PendingVolume};

@@ -31,9 +31,9 @@ use kube::Client;
 
 use crate::args::{Config, RetrySettings};
 use crate::csi::VolumeDriver;
-use crate::events::EventRecorder;
 use crate::metrics::{ControllerMetrics, WorkQueueMetrics};
 use crate::request::ProvisionOptions;
+use csi_common::events::EventRecorder;
 
 use self::in_progress::{InProgress, Infeasible};
 use self::queue::WorkQueue;

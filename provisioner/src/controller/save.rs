@@ -21,7 +21,7 @@ use proto::csi::v1::DeleteVolumeRequest;
 
 use crate::csi::VolumeDriver;
 use crate::decide::volume_handle;
-use crate::events::EventType;
+use csi_common::events::EventType;
 
 use super::claim::live_claim;
 use super::queue::WorkQueue;

@@ -20,8 +20,8 @@ use tokio::time::Instant;
 
 use crate::csi::VolumeDriver;
 use crate::decide::{PV_FINALIZER, VolumeStep, decide_volume, pv_class_name, volume_handle};
-use crate::events::{EventType, reference};
 use crate::secrets::{DeletionSecretError, deletion_secret};
+use csi_common::events::{EventType, reference};
 
 use super::claim::Outcome;
 use super::{Context, secrets};

@@ -39,7 +39,7 @@ use kube::{Api, Client, ResourceExt as _};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use events::EventRecorder;
+use csi_common::events::EventRecorder;
 
 /// The Event source component of the PV binder and its protection helpers.
 pub const COMPONENT: &str = "persistentvolume-controller";
@@ -216,9 +216,11 @@ pub async fn run(
         })
         .graceful_shutdown_on(shutdown);
 
+    // The writer ends once both controllers (and with them every recorder clone) are gone.
+    let (recorder, events) = EventRecorder::new(client.clone(), COMPONENT.to_owned());
     let ctx = Arc::new(Context {
-        recorder: EventRecorder::new(client.clone(), COMPONENT),
         client,
+        recorder,
         config,
     });
     let volumes = volume_controller
@@ -237,7 +239,7 @@ pub async fn run(
             }
             std::future::ready(())
         });
-    futures::join!(volumes, claims);
+    futures::join!(volumes, claims, events);
 }
 
 /// A running controller-manager stand-in (spawned on the current Tokio runtime) plus the

@@ -139,9 +139,12 @@ pub(crate) async fn sync_claim(ctx: &Context, claim: PersistentVolumeClaim) -> R
         ClaimAction::Lost => set_claim_status(ctx, claim, claim_phase::LOST, None).await?,
     };
     if let Some(event) = decision.event {
-        ctx.recorder
-            .record(&objects::claim_reference(&claim), &event)
-            .await;
+        ctx.recorder.event(
+            &objects::claim_reference(&claim),
+            event.type_,
+            event.reason,
+            event.message,
+        );
     }
     Ok(())
 }
@@ -237,9 +240,12 @@ pub(crate) async fn sync_volume(ctx: &Context, volume: PersistentVolume) -> Resu
                 && objects::pv_phase(&volume) != volume_phase::FAILED
             {
                 let failed = set_volume_phase(ctx, volume, volume_phase::FAILED).await?;
-                ctx.recorder
-                    .record(&objects::volume_reference(&failed), &event)
-                    .await;
+                ctx.recorder.event(
+                    &objects::volume_reference(&failed),
+                    event.type_,
+                    event.reason,
+                    event.message,
+                );
             }
         }
         VolumeAction::Unbind { clear_claim_ref } => {

@@ -16,6 +16,19 @@
 //!   Go provisioner sends (fixtures: traffic/go-sidecar-requests.txt).
 //!
 //! A PATCH of an Event that expired meanwhile (404) falls back to creating it, as client-go does.
+//!
+//! Every controller sidecar records its events through this one recorder:
+//!
+//! ```no_run
+//! use csi_common::events::{EventRecorder, EventType, reference};
+//! use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+//!
+//! # async fn example(client: kube::Client, claim: &PersistentVolumeClaim) {
+//! let (recorder, writer) = EventRecorder::new(client, "external-provisioner".to_owned());
+//! tokio::spawn(writer);
+//! recorder.event(&reference(claim), EventType::Warning, "ProvisioningFailed", "no space left");
+//! # }
+//! ```
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -415,7 +428,7 @@ async fn write(client: &Client, action: Action) {
                         tokio::time::sleep(WRITE_RETRY_DELAY).await;
                     }
                     Err(err) => {
-                        tracing::warn!(event = %name, error = %csi_common::kube_client::error_text(&err), "cannot update event");
+                        tracing::warn!(event = %name, error = %crate::kube_client::error_text(&err), "cannot update event");
                         return;
                     }
                 }
@@ -437,7 +450,7 @@ async fn create(client: &Client, event: Event) {
             Err(err) => {
                 tracing::warn!(
                     reason = event.reason.as_deref().unwrap_or_default(),
-                    error = %csi_common::kube_client::error_text(&err),
+                    error = %crate::kube_client::error_text(&err),
                     "cannot write event"
                 );
                 return;
