@@ -26,3 +26,4 @@ pub mod runtime;
 pub mod shutdown;
 pub mod status;
 pub mod version;
+pub mod workqueue;

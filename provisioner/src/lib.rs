@@ -36,8 +36,9 @@ use k8s_openapi::jiff::Timestamp;
 use crate::args::Config;
 use crate::controller::{ControllerDeps, Settings};
 use crate::csi::TonicDriver;
-use crate::metrics::{ControllerMetrics, WorkQueueMetrics};
+use crate::metrics::ControllerMetrics;
 use csi_common::events::EventRecorder;
+use csi_common::workqueue::metrics::WorkQueueMetrics;
 
 /// What `main` reads from the process environment and passes in (nothing here reads it).
 #[derive(Debug, Clone, PartialEq, Eq)]

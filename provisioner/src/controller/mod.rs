@@ -12,7 +12,6 @@
 
 pub mod claim;
 pub mod in_progress;
-pub mod queue;
 pub mod save;
 pub mod secrets;
 pub mod stores;
@@ -31,14 +30,15 @@ use kube::Client;
 
 use crate::args::{Config, RetrySettings};
 use crate::csi::VolumeDriver;
-use crate::metrics::{ControllerMetrics, WorkQueueMetrics};
+use crate::metrics::ControllerMetrics;
 use crate::request::ProvisionOptions;
 use csi_common::events::EventRecorder;
+use csi_common::workqueue::metrics::WorkQueueMetrics;
 
 use self::in_progress::{InProgress, Infeasible};
-use self::queue::WorkQueue;
 use self::save::Unsaved;
 use self::stores::{Handlers, Stores, Wanted};
+use csi_common::workqueue::WorkQueue;
 
 /// Workers of the `unsavedpvs` queue (upstream's fixed 4).
 const UNSAVED_WORKERS: usize = 4;
@@ -381,7 +381,7 @@ fn shut_down<D>(ctx: &Context<D>) {
     ctx.unsaved.queue.shut_down();
 }
 
-fn processing_probe<K>(queue: &Arc<WorkQueue<K>>) -> crate::metrics::ProcessingProbe
+fn processing_probe<K>(queue: &Arc<WorkQueue<K>>) -> csi_common::workqueue::metrics::ProcessingProbe
 where
     K: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
 {

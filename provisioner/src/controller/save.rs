@@ -24,9 +24,9 @@ use crate::decide::volume_handle;
 use csi_common::events::EventType;
 
 use super::claim::live_claim;
-use super::queue::WorkQueue;
 use super::volume::deletion_secrets;
 use super::{ClaimKey, Context};
+use csi_common::workqueue::WorkQueue;
 
 /// A PV waiting to be saved, with what its success Event and metrics need.
 #[derive(Debug, Clone)]

@@ -1,10 +1,12 @@
 //! A work queue with client-go `workqueue` semantics and upstream's per-item exponential
 //! backoff, instrumented with the `workqueue_*` metrics.
 //!
-//! Why not kube-runtime's `Controller`: it reconciles objects it finds in its store, so a claim
-//! deleted while its CreateVolume is in flight or in backoff silently drops out (the leak of
-//! upstream issues #486/#1469 that we must not have), it keys by name where upstream keys claims
-//! by UID, and it has no per-item failure count and no `workqueue_*` series for the dashboards.
+//! The queue every controller sidecar processes its objects from, as upstream's controllers
+//! use client-go's workqueue. Why not kube-runtime's `Controller`: it reconciles objects it
+//! finds in its store, so an object deleted while its CSI call is in flight or in backoff
+//! silently drops out (the volume leak of external-provisioner #486/#1469 that we must not
+//! have), it keys by name where upstream keys claims by UID, and it has no per-item failure
+//! count and no `workqueue_*` series for the dashboards.
 //!
 //! Semantics (client-go `Type` + `delayingType` + `ItemExponentialFailureRateLimiter`):
 //! * an item is queued at most once; adding an item that is being processed marks it dirty and
@@ -13,6 +15,32 @@
 //! * [`WorkQueue::add_after`] keeps only the earliest pending time per item;
 //! * [`WorkQueue::add_rate_limited`] waits `start * 2^failures`, capped at `max`, and counts a
 //!   retry; [`WorkQueue::forget`] resets the count.
+//!
+//! ```
+//! use std::time::Duration;
+//! use csi_common::workqueue::WorkQueue;
+//! use csi_common::workqueue::metrics::QueueMetrics;
+//!
+//! # async fn example() {
+//! let (queue, delays) = WorkQueue::new(
+//!     Duration::from_secs(1),
+//!     Duration::from_mins(5),
+//!     QueueMetrics::unregistered("claims"),
+//! );
+//! tokio::spawn(delays); // moves delayed and rate-limited items into the queue when due
+//! queue.add("default/claim-1".to_owned());
+//! while let Some(key) = queue.get().await {
+//!     let failed = false; // reconcile `key` here
+//!     if failed {
+//!         queue.add_rate_limited(key.clone()); // retried after 1 s, 2 s, 4 s, … up to 5 min
+//!     } else {
+//!         queue.forget(&key);
+//!     }
+//!     queue.done(&key);
+//!     # queue.shut_down();
+//! }
+//! # }
+//! ```
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::Hash;
@@ -22,7 +50,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::metrics::QueueMetrics;
+pub mod metrics;
+
+use self::metrics::QueueMetrics;
 
 /// Per-item exponential failure backoff (client-go `ItemExponentialFailureRateLimiter`).
 #[derive(Debug)]
