@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use clap::{ArgAction, Parser};
+use clap::Parser;
 use csi_common::connection::CsiAddress;
 use csi_common::flags::{self, CommonArgs};
 
@@ -91,27 +91,19 @@ pub struct Args {
     pub timeout: Duration,
 
     /// Late binding: pass only selected node topology to CreateVolume Request, unlike default behavior of passing aggregated cluster topologies that match with topology keys of the selected node.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false", hide_default_value = true,
-          value_name = "bool", value_parser = flags::go_bool)]
+    #[arg(long)]
     pub strict_topology: bool,
 
     /// Immediate binding: pass aggregated cluster topologies for all nodes where the CSI driver is available (enabled, the default) or no topology requirements (if disabled).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "true",
-          value_name = "bool", value_parser = flags::go_bool)]
+    #[arg(long, default_value = "true")]
     pub immediate_topology: bool,
 
     /// If set, add pv/pvc metadata to plugin create requests as parameters.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false", hide_default_value = true,
-          value_name = "bool", value_parser = flags::go_bool)]
+    #[arg(long)]
     pub extra_create_metadata: bool,
 
     /// Enable pprof profiling on the TCP network address specified by --http-endpoint. The HTTP path is `/debug/pprof/`.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false", hide_default_value = true,
-          value_name = "bool", value_parser = flags::go_bool)]
+    #[arg(long)]
     pub enable_pprof: bool,
 
     /// The default filesystem type of the volume to provision when fstype is unspecified in the StorageClass. If the default is not set and fstype is unset in the StorageClass, then no fstype will be set.
@@ -138,15 +130,11 @@ pub struct Args {
     pub kube_api_capacity_burst: i32,
 
     /// This enables producing CSIStorageCapacity objects with capacity information from the driver's GetCapacity call.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false", hide_default_value = true,
-          value_name = "bool", value_parser = flags::go_bool)]
+    #[arg(long)]
     pub enable_capacity: bool,
 
     /// Enables producing capacity information for storage classes with immediate binding. Not needed for the Kubernetes scheduler, maybe useful for other consumers or for debugging.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false", hide_default_value = true,
-          value_name = "bool", value_parser = flags::go_bool)]
+    #[arg(long)]
     pub capacity_for_immediate_binding: bool,
 
     /// How long the external-provisioner waits before checking for storage capacity changes.
@@ -159,15 +147,11 @@ pub struct Args {
     pub capacity_ownerref_level: i32,
 
     /// Enables deploying the external-provisioner together with a CSI driver on nodes to manage node-local volumes.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false", hide_default_value = true,
-          value_name = "bool", value_parser = flags::go_bool)]
+    #[arg(long)]
     pub node_deployment: bool,
 
     /// Determines whether immediate binding is supported when deployed on each node.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "true",
-          value_name = "bool", value_parser = flags::go_bool)]
+    #[arg(long, default_value = "true")]
     pub node_deployment_immediate_binding: bool,
 
     /// Determines how long the external-provisioner sleeps initially before trying to own a PVC with immediate binding.
@@ -179,15 +163,11 @@ pub struct Args {
     pub node_deployment_max_delay: Duration,
 
     /// This option enables PV to be marked as readonly at controller publish volume call if PVC accessmode has been set to ROX.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false", hide_default_value = true,
-          value_name = "bool", value_parser = flags::go_bool)]
+    #[arg(long)]
     pub controller_publish_readonly: bool,
 
     /// Prevents an unauthorised user from modifying the volume mode when creating a PVC from an existing VolumeSnapshot.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "true",
-          value_name = "bool", value_parser = flags::go_bool)]
+    #[arg(long, default_value = "true")]
     pub prevent_volume_mode_conversion: bool,
 
     /// A set of key=value pairs that describe feature gates for alpha/experimental features. Options are: Topology=true|false (GA - default=true), VolumeAttributesClass=true|false (GA - default=true), CrossNamespaceVolumeDataSource=true|false (ALPHA - default=false), ReleaseLeaderElectionOnExit=true|false (ALPHA - default=false), AllAlpha=true|false, AllBeta=true|false. May be repeated; values accumulate.

@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Parser};
+use clap::Parser;
 use csi_common::connection::{self, ConnectOptions, CsiAddress};
 use csi_common::flags::{self, CsiAddressArgs, LoggingArgs};
 
@@ -82,17 +82,7 @@ pub struct Args {
     pub http_endpoint: String,
 
     /// Show version.
-    #[arg(
-        long,
-        action = ArgAction::Set,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value = "false",
-        hide_default_value = true,
-        value_name = "bool",
-        value_parser = flags::go_bool
-    )]
+    #[arg(long)]
     pub version: bool,
 
     /// DEPRECATED. If this is set to kubelet-registration-probe, the driver will exit successfully without registering with CSI. If set to any other value node-driver-registrar will do the kubelet plugin registration. This flag will be removed in a future major release because the mode kubelet-registration-probe is no longer needed.
@@ -105,17 +95,7 @@ pub struct Args {
     pub mode: String,
 
     /// enable pprof profiling (accepted for compatibility; Go's pprof endpoints do not exist in this implementation)
-    #[arg(
-        long,
-        action = ArgAction::Set,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value = "false",
-        hide_default_value = true,
-        value_name = "bool",
-        value_parser = flags::go_bool
-    )]
+    #[arg(long)]
     pub enable_pprof: bool,
 
     /// How often to check that the registration socket still exists and re-create it if it was deleted (not in upstream, which never re-creates it). 0 disables the check.

@@ -62,17 +62,7 @@ pub struct KubeArgs {
 #[command(about = None, long_about = None)]
 pub struct LeaderElectionArgs {
     /// Enable leader election.
-    #[arg(
-        long,
-        action = ArgAction::Set,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value = "false",
-        hide_default_value = true,
-        value_name = "bool",
-        value_parser = values::go_bool
-    )]
+    #[arg(long)]
     pub leader_election: bool,
 
     /// Namespace where the leader election resource lives. Defaults to the pod namespace if not set.
@@ -208,18 +198,7 @@ pub struct LoggingArgs {
 
     /// Alpha `--log-text-split-stream`: errors to stderr, info to stdout in text format. Any
     /// non-default value fails [`LoggingArgs::validate`].
-    #[arg(
-        help = ALPHA_TEXT_SPLIT_STREAM_HELP,
-        long,
-        action = ArgAction::Set,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value = "false",
-        hide_default_value = true,
-        value_name = "bool",
-        value_parser = values::go_bool
-    )]
+    #[arg(help = ALPHA_TEXT_SPLIT_STREAM_HELP, long)]
     pub log_text_split_stream: bool,
 
     /// Alpha `--log-text-info-buffer-size`: info buffering for split text streams. Any non-zero
@@ -235,18 +214,7 @@ pub struct LoggingArgs {
 
     /// Alpha `--log-json-split-stream`: errors to stderr, info to stdout in JSON format. Any
     /// non-default value fails [`LoggingArgs::validate`].
-    #[arg(
-        help = ALPHA_JSON_SPLIT_STREAM_HELP,
-        long,
-        action = ArgAction::Set,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value = "false",
-        hide_default_value = true,
-        value_name = "bool",
-        value_parser = values::go_bool
-    )]
+    #[arg(help = ALPHA_JSON_SPLIT_STREAM_HELP, long)]
     pub log_json_split_stream: bool,
 
     /// Alpha `--log-json-info-buffer-size`: info buffering for split JSON streams. Any non-zero
@@ -331,17 +299,7 @@ impl LoggingArgs {
 #[command(about = None, long_about = None)]
 pub struct CommonArgs {
     /// Show version.
-    #[arg(
-        long,
-        action = ArgAction::Set,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value = "false",
-        hide_default_value = true,
-        value_name = "bool",
-        value_parser = values::go_bool
-    )]
+    #[arg(long)]
     pub version: bool,
 
     /// `--csi-address`.

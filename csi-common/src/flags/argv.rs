@@ -8,6 +8,7 @@
 
 use std::ffi::OsString;
 
+use clap::ArgAction;
 use clap::{Command, Parser};
 
 /// Rewrites Go-style single-dash long flags into the double-dash form clap parses.
@@ -47,10 +48,38 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString>,
 {
-    let mut cmd = A::command().args_override_self(true);
+    let mut cmd = go_bools(A::command().args_override_self(true));
     let args = rewrite(argv.into_iter().map(Into::into), Some(&cmd));
     let mut matches = cmd.try_get_matches_from_mut(args)?;
     A::from_arg_matches_mut(&mut matches).map_err(|err| err.format(&mut cmd))
+}
+
+/// Turns every plain `bool` switch (clap's `SetTrue`, what `#[arg(long)] flag: bool` derives)
+/// into a Go `flag` boolean: `--flag` sets it, `--flag=<value>` takes any [`go_bool`] spelling,
+/// and `--flag <value>` gives it no value (Go's rule: the value would be a positional argument).
+/// The declared default is kept (`#[arg(long, default_value = "true")]`) and, when `false`, not
+/// shown in `--help`, as Go's usage text omits zero values. One place for what every boolean of
+/// every sidecar would otherwise repeat in its attribute.
+///
+/// [`go_bool`]: super::values::go_bool
+fn go_bools(cmd: Command) -> Command {
+    cmd.mut_args(|arg| {
+        if !matches!(arg.get_action(), ArgAction::SetTrue) {
+            return arg;
+        }
+        let default_true = arg
+            .get_default_values()
+            .first()
+            .is_some_and(|value| super::values::go_bool(&value.to_string_lossy()) == Ok(true));
+        arg.action(ArgAction::Set)
+            .num_args(0..=1)
+            .require_equals(true)
+            .default_missing_value("true")
+            .default_value(if default_true { "true" } else { "false" })
+            .hide_default_value(!default_true)
+            .value_name("bool")
+            .value_parser(super::values::go_bool)
+    })
 }
 
 fn rewrite<I: IntoIterator<Item = OsString>>(args: I, cmd: Option<&Command>) -> Vec<OsString> {

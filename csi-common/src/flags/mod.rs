@@ -20,32 +20,34 @@
 //!   (`--http-endpoint` with `--metrics-address`, alpha logging options) are the `validate`
 //!   methods, returning [`Error`]; `main` maps them to exit 1.
 //!
-//! # Bool flag recipe
+//! # Bool flags
 //!
 //! Go bools are `--flag` (true) or `--flag=<bool>` with [`go_bool`] syntax; `--flag false`
-//! does not give the flag a value (`false` becomes a positional argument, rejected). Declare
-//! one like this:
+//! does not give the flag a value (`false` becomes a positional argument, rejected). [`parse`]
+//! gives every plain `bool` switch these rules, so a binary declares one as clap's default
+//! switch, with `default_value = "true"` for the few that default to true:
 //!
 //! ```
 //! use clap::Parser;
 //!
 //! #[derive(Parser)]
 //! struct Args {
-//!     #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true,
-//!           default_missing_value = "true", default_value = "false",
-//!           value_parser = csi_common::flags::go_bool)]
+//!     #[arg(long)]
 //!     enable_pprof: bool,
+//!     #[arg(long, default_value = "true")]
+//!     immediate_topology: bool,
 //! }
 //!
 //! let on: Args = csi_common::flags::parse(["x", "-enable-pprof"]).unwrap();
-//! assert!(on.enable_pprof);
-//! let off: Args = csi_common::flags::parse(["x", "--enable-pprof=F"]).unwrap();
-//! assert!(!off.enable_pprof);
+//! assert!(on.enable_pprof && on.immediate_topology);
+//! let off: Args =
+//!     csi_common::flags::parse(["x", "--enable-pprof=F", "--immediate-topology=false"]).unwrap();
+//! assert!(!off.enable_pprof && !off.immediate_topology);
 //! assert!(csi_common::flags::parse::<Args, _, _>(["x", "--enable-pprof", "false"]).is_err());
 //! ```
 //!
-//! (`action = Set` is needed because clap would otherwise make a `bool` field a plain switch
-//! that takes no `=value`.)
+//! (A flag with other value rules, such as `--automaxprocs` with Go's `BoolFunc` syntax,
+//! declares `action = clap::ArgAction::Set` and its own parser; [`parse`] leaves it alone.)
 
 mod args;
 mod argv;
