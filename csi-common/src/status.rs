@@ -1,9 +1,16 @@
 //! One classifier of gRPC status codes: is a failed CSI call *final* (the driver is known not to
 //! be working on the operation any more) or may it still be *in progress* on the driver?
 //!
-//! Rust counterpart of `isFinalError` in external-attacher `pkg/attacher/attacher.go` and
-//! external-provisioner `pkg/controller/controller.go`. Every sidecar asks this one function, so
-//! the provisioner's "in background" state and the attacher's retry rules agree.
+//! Rust counterpart of `isFinalError` in external-attacher `pkg/attacher/attacher.go` (and the
+//! same function in external-resizer). Who asks it:
+//!
+//! * csi-common's identity calls ([`crate::identity`]) and the attacher and resizer, for every
+//!   CSI call whose failure decides between "retry the same request" and "give up";
+//! * **not** the provisioner's CreateVolume: upstream external-provisioner classifies that one
+//!   with its own `checkError` (spec §4.5), which differs in one code: `ResourceExhausted` is
+//!   *final* there unless the claim can be rescheduled to another node, while it is non-final
+//!   here (CSI: "retry later"). Copying upstream exactly matters for the claim's state machine,
+//!   so that rule lives next to it, in the provisioner's `create_error_state`, table-tested.
 
 use tonic::Code;
 
