@@ -1,8 +1,8 @@
 //! One classifier of gRPC status codes: is a failed CSI call *final* (the driver is known not to
 //! be working on the operation any more) or may it still be *in progress* on the driver?
 //!
-//! Rust counterpart of `isFinalError` in external-attacher `pkg/attacher/attacher.go` (and the
-//! same function in external-resizer). Who asks it:
+//! Rust counterpart of `isFinalError` in external-attacher `pkg/attacher/attacher.go`;
+//! external-resizer applies the same rule to ControllerExpandVolume errors. Who asks it:
 //!
 //! * csi-common's identity calls ([`crate::identity`]) and the attacher and resizer, for every
 //!   CSI call whose failure decides between "retry the same request" and "give up";
