@@ -458,6 +458,20 @@ fn connection(plans: &[BlockPlan], chunk_sizes: &[prop::sample::Index]) -> Vec<V
     blocks
 }
 
+/// What h2 behind the layer observes of `sent`, and what h2 alone observes of `reference`.
+fn layered_and_direct(
+    sent: &[BlockPlan],
+    reference: &[BlockPlan],
+    chunk_sizes: &[prop::sample::Index],
+) -> (Observed, Observed) {
+    block_on(async {
+        (
+            exchange(&connection(sent, chunk_sizes), true).await,
+            exchange(&connection(reference, chunk_sizes), false).await,
+        )
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
@@ -472,12 +486,7 @@ proptest! {
     ) {
         prop_assume!(!corruption_made_an_invalid_authority(&plans));
         let reference: Vec<BlockPlan> = plans.iter().map(one_frame).collect();
-        let (layered, direct) = block_on(async {
-            (
-                exchange(&connection(&plans, &chunk_sizes), true).await,
-                exchange(&connection(&reference, &chunk_sizes), false).await,
-            )
-        });
+        let (layered, direct) = layered_and_direct(&plans, &reference, &chunk_sizes);
         prop_assert_eq!(layered, direct);
     }
 
@@ -499,12 +508,7 @@ proptest! {
             .iter()
             .map(|plan| BlockPlan { authority: Some("localhost"), ..one_frame(&clean(plan)) })
             .collect();
-        let (layered, direct) = block_on(async {
-            (
-                exchange(&connection(&sent, &chunk_sizes), true).await,
-                exchange(&connection(&reference, &chunk_sizes), false).await,
-            )
-        });
+        let (layered, direct) = layered_and_direct(&sent, &reference, &chunk_sizes);
         prop_assert_eq!(layered, direct);
     }
 
