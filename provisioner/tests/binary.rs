@@ -900,15 +900,20 @@ async fn a_claim_whose_selected_node_is_gone_is_rescheduled() {
     })
     .await;
     // Upstream never looks the Node up: the selected node's CSINode is what is missing
-    // (external-provisioner `topologyKeysLookup`, a lister NotFound).
-    let failed = cluster.events("ProvisioningFailed").await;
-    assert!(
-        failed.iter().any(|e| e.message.as_deref()
-            == Some(
-                r#"failed to get selected CSINode ghost-node: csinode.storage.k8s.io "ghost-node" not found"#
-            )),
-        "{failed:?}"
-    );
+    // (external-provisioner `topologyKeysLookup`, a lister NotFound). Waited for, not read
+    // once: the recorder posts events from its own task, so the Event can reach the API
+    // server after the annotation is removed.
+    eventually("the ProvisioningFailed Event", SHORT, async || {
+        let failed = cluster.events("ProvisioningFailed").await;
+        failed
+            .iter()
+            .any(|e| e.message.as_deref()
+                == Some(
+                    r#"failed to get selected CSINode ghost-node: csinode.storage.k8s.io "ghost-node" not found"#
+                ))
+            .then_some(())
+    })
+    .await;
     assert_eq!(cluster.driver.call_count(Method::CreateVolume), 0);
 }
 
