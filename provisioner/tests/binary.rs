@@ -347,10 +347,13 @@ async fn provisioner_secrets_reach_create_and_delete_and_the_pv_annotations() {
 async fn a_volume_attachment_blocks_deletion_until_it_is_removed() {
     let cluster = Cluster::start().await;
     cluster.create_class(class("fast", "Immediate")).await;
-    let _provisioner = cluster.provisioner("csi-provisioner-0", &[]);
-    cluster.create_claim("attached", "fast", "1Mi").await;
-    let (_, volume) = cluster.bound("attached", SHORT).await;
-    let pv_name = volume.metadata.name.clone().unwrap();
+    let created = cluster.create_claim("attached", "fast", "1Mi").await;
+    let pv_name = format!("pvc-{}", created.metadata.uid.unwrap());
+    // The attachment exists before the provisioner starts, whose workers start only once the
+    // initial lists are in its caches, so it is known before the PV can be seen Released. One
+    // created while the provisioner runs reaches its cache over the VolumeAttachment watch,
+    // which is not ordered with the PV watch: on a loaded machine the PV watch could win and
+    // the volume was deleted at once, without the VolumeFailedDelete this test waits for.
     let attachment = VolumeAttachment {
         metadata: ObjectMeta {
             name: Some("csi-attached".into()),
@@ -371,6 +374,14 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_removed() {
         .create(&PostParams::default(), &attachment)
         .await
         .unwrap();
+    // A backoff far longer than SHORT: only the attachment's deletion event can retry the
+    // blocked deletion in time, so the test fails if that event is not acted on.
+    let _provisioner = cluster.provisioner(
+        "csi-provisioner-0",
+        &["--retry-interval-start=5m", "--retry-interval-max=5m"],
+    );
+    let (_, volume) = cluster.bound("attached", SHORT).await;
+    assert_eq!(volume.metadata.name.as_deref(), Some(pv_name.as_str()));
     cluster.delete_claim("attached").await;
 
     let blocked = cluster.first_event("VolumeFailedDelete", SHORT).await;
@@ -889,15 +900,20 @@ async fn a_claim_whose_selected_node_is_gone_is_rescheduled() {
     })
     .await;
     // Upstream never looks the Node up: the selected node's CSINode is what is missing
-    // (external-provisioner `topologyKeysLookup`, a lister NotFound).
-    let failed = cluster.events("ProvisioningFailed").await;
-    assert!(
-        failed.iter().any(|e| e.message.as_deref()
-            == Some(
-                r#"failed to get selected CSINode ghost-node: csinode.storage.k8s.io "ghost-node" not found"#
-            )),
-        "{failed:?}"
-    );
+    // (external-provisioner `topologyKeysLookup`, a lister NotFound). Waited for, not read
+    // once: the recorder posts events from its own task, so the Event can reach the API
+    // server after the annotation is removed.
+    eventually("the ProvisioningFailed Event", SHORT, async || {
+        let failed = cluster.events("ProvisioningFailed").await;
+        failed
+            .iter()
+            .any(|e| e.message.as_deref()
+                == Some(
+                    r#"failed to get selected CSINode ghost-node: csinode.storage.k8s.io "ghost-node" not found"#
+                ))
+            .then_some(())
+    })
+    .await;
     assert_eq!(cluster.driver.call_count(Method::CreateVolume), 0);
 }
 
