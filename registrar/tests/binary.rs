@@ -18,6 +18,7 @@ use testbed::grpc_dial::Authority;
 use testbed::http_client::{self, HttpResponse};
 use testbed::kubelet::{FakeKubelet, KubeletConfig, KubeletEvent, NotifyOutcome, Verdict};
 use testbed::mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
+use testbed::wait::eventually;
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_csi-node-driver-registrar");
@@ -402,18 +403,16 @@ async fn a_driver_stopping_before_sigterm_is_not_a_lost_connection() {
     kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
     node.driver.stop().await.unwrap();
     // Positive signal: the registrar saw the connection end (debug level at -v=5).
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !std::fs::read_to_string(&log)
-        .unwrap()
-        .contains("Connection closed during shutdown")
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{}",
-            std::fs::read_to_string(&log).unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "the registrar to see the driver connection end",
+        WAIT,
+        async || {
+            let text = std::fs::read_to_string(&log).unwrap();
+            text.contains("Connection closed during shutdown")
+                .then_some(())
+        },
+    )
+    .await;
     registrar.signal("TERM").await;
     let (code, _) = registrar.exit().await;
     assert_eq!(code, Some(0));

@@ -10,3 +10,4 @@ pub mod logs;
 pub mod mock_csi;
 pub mod sandbox;
 pub mod version;
+pub mod wait;

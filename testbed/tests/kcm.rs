@@ -8,7 +8,6 @@
     reason = "test helpers: a failed setup step should panic"
 )]
 
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -18,6 +17,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use testbed::apiserver::ApiServer;
 use testbed::kcm::{self, ControllerManager, attach_detach};
+use testbed::wait::eventually;
 
 const DRIVER: &str = "mock.csi.k8s.io";
 const WAIT: Duration = Duration::from_secs(10);
@@ -42,39 +42,6 @@ fn start() -> Setup {
         server,
         client,
         kcm,
-    }
-}
-
-/// Polls `check` until it returns `Some`, or panics after [`WAIT`] naming `what`.
-async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// [`eventually`] for checks that need the API.
-async fn eventually_async<T, F: Future<Output = Option<T>>>(
-    what: &str,
-    mut check: impl FnMut() -> F,
-) -> T {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -187,7 +154,7 @@ async fn the_dynamic_provisioning_handshake_annotates_then_binds_claim_and_volum
     create_class(&s, "fast", "Immediate").await;
     let claim = create_claim(&s, "data", "fast").await;
 
-    let annotated = eventually("the storage-provisioner annotations", || {
+    let annotated = eventually("the storage-provisioner annotations", WAIT, async || {
         pvc_of(&s, "data")
             .filter(|c| annotation(c, "volume.kubernetes.io/storage-provisioner") == Some(DRIVER))
     })
@@ -198,11 +165,14 @@ async fn the_dynamic_provisioning_handshake_annotates_then_binds_claim_and_volum
     );
     assert_eq!(pvc_phase(&annotated), "Pending");
 
-    let event = events_for(&s, "data")
-        .await
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("ExternalProvisioning"))
-        .expect("an ExternalProvisioning event");
+    // Events are written by the recorder's background task: wait for it.
+    let event = eventually("an ExternalProvisioning event", WAIT, async || {
+        events_for(&s, "data")
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("ExternalProvisioning"))
+    })
+    .await;
     assert_eq!(event.type_.as_deref(), Some("Normal"));
     assert_eq!(
         event.source.and_then(|s| s.component).as_deref(),
@@ -220,7 +190,7 @@ async fn the_dynamic_provisioning_handshake_annotates_then_binds_claim_and_volum
     let pv_name = format!("pvc-{uid}");
     create_volume(&s, &pv_name, "data", Some(&uid), "fast", "Delete").await;
 
-    let bound = eventually("the claim to be Bound", || {
+    let bound = eventually("the claim to be Bound", WAIT, async || {
         pvc_of(&s, "data").filter(|c| pvc_phase(c) == "Bound")
     })
     .await;
@@ -241,7 +211,7 @@ async fn the_dynamic_provisioning_handshake_annotates_then_binds_claim_and_volum
         Some(&["ReadWriteOnce".to_owned()][..])
     );
 
-    let volume = eventually("the volume to be Bound", || {
+    let volume = eventually("the volume to be Bound", WAIT, async || {
         pv_of(&s, &pv_name).filter(|v| pv_phase(v) == "Bound")
     })
     .await;
@@ -259,7 +229,7 @@ async fn a_static_volume_reserved_by_name_is_bound_and_gets_the_claim_uid() {
     create_volume(&s, "static-pv", "static", None, "", "Retain").await;
     let claim = create_claim(&s, "static", "").await;
 
-    let volume = eventually("the volume to be Bound", || {
+    let volume = eventually("the volume to be Bound", WAIT, async || {
         pv_of(&s, "static-pv").filter(|v| pv_phase(v) == "Bound")
     })
     .await;
@@ -267,7 +237,7 @@ async fn a_static_volume_reserved_by_name_is_bound_and_gets_the_claim_uid() {
     assert_eq!(claim_ref.uid, claim.metadata.uid);
     assert_eq!(claim_ref.kind.as_deref(), Some("PersistentVolumeClaim"));
 
-    let bound = eventually("the claim to be Bound", || {
+    let bound = eventually("the claim to be Bound", WAIT, async || {
         pvc_of(&s, "static").filter(|c| pvc_phase(c) == "Bound")
     })
     .await;
@@ -288,11 +258,11 @@ async fn deleting_a_bound_claim_releases_its_volume_and_the_released_volume_can_
     let s = start();
     create_volume(&s, "pv-1", "doomed", None, "", "Retain").await;
     create_claim(&s, "doomed", "").await;
-    eventually("binding", || {
+    eventually("binding", WAIT, async || {
         pv_of(&s, "pv-1").filter(|v| pv_phase(v) == "Bound")
     })
     .await;
-    eventually("claim binding", || {
+    eventually("claim binding", WAIT, async || {
         pvc_of(&s, "doomed").filter(|c| pvc_phase(c) == "Bound")
     })
     .await;
@@ -303,11 +273,11 @@ async fn deleting_a_bound_claim_releases_its_volume_and_the_released_volume_can_
         .await
         .unwrap();
     // pvc-protection lets it go (no Pod uses it), then the binder releases the volume.
-    eventually("the claim to disappear", || {
+    eventually("the claim to disappear", WAIT, async || {
         pvc_of(&s, "doomed").is_none().then_some(())
     })
     .await;
-    let released = eventually("the volume to be Released", || {
+    let released = eventually("the volume to be Released", WAIT, async || {
         pv_of(&s, "pv-1").filter(|v| pv_phase(v) == "Released")
     })
     .await;
@@ -325,7 +295,7 @@ async fn deleting_a_bound_claim_releases_its_volume_and_the_released_volume_can_
         .delete("pv-1", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the volume to disappear", || {
+    eventually("the volume to disappear", WAIT, async || {
         pv_of(&s, "pv-1").is_none().then_some(())
     })
     .await;
@@ -359,9 +329,11 @@ async fn a_claim_used_by_a_scheduled_pod_stays_until_the_pod_is_gone() {
     pods.delete("app", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
-    eventually("the claim to disappear once the pod is gone", || {
-        pvc_of(&s, "in-use").is_none().then_some(())
-    })
+    eventually(
+        "the claim to disappear once the pod is gone",
+        WAIT,
+        async || pvc_of(&s, "in-use").is_none().then_some(()),
+    )
     .await;
     s.kcm.stop().await;
 }
@@ -372,7 +344,7 @@ async fn wait_for_first_consumer_claims_get_their_provisioner_only_once_a_node_i
     create_class(&s, "late", "WaitForFirstConsumer").await;
     create_claim(&s, "late-claim", "late").await;
 
-    let waiting = eventually_async("a WaitForFirstConsumer event", || async {
+    let waiting = eventually("a WaitForFirstConsumer event", WAIT, async || {
         events_for(&s, "late-claim")
             .await
             .into_iter()
@@ -398,10 +370,15 @@ async fn wait_for_first_consumer_claims_get_their_provisioner_only_once_a_node_i
         annotation(&selected, "volume.kubernetes.io/selected-node"),
         Some("node-1")
     );
-    eventually("the provisioner annotation after node selection", || {
-        pvc_of(&s, "late-claim")
-            .filter(|c| annotation(c, "volume.kubernetes.io/storage-provisioner") == Some(DRIVER))
-    })
+    eventually(
+        "the provisioner annotation after node selection",
+        WAIT,
+        async || {
+            pvc_of(&s, "late-claim").filter(|c| {
+                annotation(c, "volume.kubernetes.io/storage-provisioner") == Some(DRIVER)
+            })
+        },
+    )
     .await;
     s.kcm.stop().await;
 }
@@ -422,7 +399,7 @@ async fn an_unclaimed_volume_becomes_available() {
         .create(&PostParams::default(), &volume)
         .await
         .unwrap();
-    eventually("phase Available", || {
+    eventually("phase Available", WAIT, async || {
         pv_of(&s, "free").filter(|v| pv_phase(v) == "Available")
     })
     .await;
@@ -481,7 +458,7 @@ async fn a_repeated_event_is_counted_on_one_event_object_as_client_go_does() {
     let s = start();
     // No such class: every sync (2 s resync here) reports the same ProvisioningFailed.
     create_claim(&s, "orphan", "no-such-class").await;
-    let event = eventually_async("the event count to reach 2", || async {
+    let event = eventually("the event count to reach 2", WAIT, async || {
         let failed: Vec<Event> = events_for(&s, "orphan")
             .await
             .into_iter()

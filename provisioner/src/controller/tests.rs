@@ -24,6 +24,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tonic::Code;
 
+use testbed::wait::eventually;
+
 use super::*;
 use crate::args::RetrySettings;
 use crate::csi::CsiError;
@@ -316,16 +318,8 @@ fn claim_object(name: &str, class: &str, annotated: bool) -> PersistentVolumeCla
     }
 }
 
-async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+/// How long a controller test waits for a positive signal.
+const WAIT: Duration = Duration::from_secs(10);
 
 fn uid(claim: &PersistentVolumeClaim) -> String {
     claim.metadata.uid.clone().unwrap()
@@ -336,7 +330,7 @@ async fn a_claim_gets_a_volume_and_a_pv_bound_to_it() {
     let h = Harness::start(false).await;
     let claim = h.create_claim("data").await;
     let pv_name = format!("pvc-{}", uid(&claim));
-    let pv = eventually("the PV", async || {
+    let pv = eventually("the PV", WAIT, async || {
         h.volumes().get_opt(&pv_name).await.unwrap()
     })
     .await;
@@ -364,7 +358,7 @@ async fn a_claim_gets_a_volume_and_a_pv_bound_to_it() {
         ],
         "ours from the POST, pv-protection from admission (fixture pv-0)"
     );
-    let succeeded = eventually("ProvisioningSucceeded", async || {
+    let succeeded = eventually("ProvisioningSucceeded", WAIT, async || {
         let events = h.events("ProvisioningSucceeded").await;
         (!events.is_empty()).then_some(events)
     })
@@ -384,7 +378,7 @@ async fn failures_are_retried_with_exponential_backoff_and_one_aggregated_event(
         .fail_next((0..3).map(|_| CsiError::status(Code::Internal, "backend busy")));
     let claim = h.create_claim("data").await;
     let pv_name = format!("pvc-{}", uid(&claim));
-    eventually("the PV", async || {
+    eventually("the PV", WAIT, async || {
         h.volumes().get_opt(&pv_name).await.unwrap()
     })
     .await;
@@ -396,7 +390,7 @@ async fn failures_are_retried_with_exponential_backoff_and_one_aggregated_event(
     for (gap, factor) in gaps.iter().zip([1, 2, 4]) {
         assert!(*gap >= START * factor, "{gaps:?}");
     }
-    let failed = eventually("aggregated ProvisioningFailed", async || {
+    let failed = eventually("aggregated ProvisioningFailed", WAIT, async || {
         let events = h.events("ProvisioningFailed").await;
         (events.len() == 1 && events[0].count == Some(3)).then_some(events)
     })
@@ -416,7 +410,7 @@ async fn invalid_argument_is_retried_only_after_the_slow_window() {
         .fail_next([CsiError::status(Code::InvalidArgument, "bad parameter")]);
     let claim = h.create_claim("data").await;
     let pv_name = format!("pvc-{}", uid(&claim));
-    let failed = eventually("the infeasible event", async || {
+    let failed = eventually("the infeasible event", WAIT, async || {
         let events = h.events("ProvisioningFailed").await;
         (!events.is_empty()).then_some(events)
     })
@@ -435,7 +429,7 @@ async fn invalid_argument_is_retried_only_after_the_slow_window() {
         .await
         .unwrap();
 
-    eventually("the PV", async || {
+    eventually("the PV", WAIT, async || {
         h.volumes().get_opt(&pv_name).await.unwrap()
     })
     .await;
@@ -458,13 +452,13 @@ async fn a_claim_deleted_during_a_timed_out_create_does_not_leak_its_volume() {
         .fail_next((0..4).map(|_| CsiError::status(Code::DeadlineExceeded, "timeout")));
     let claim = h.create_claim("data").await;
     let pv_name = format!("pvc-{}", uid(&claim));
-    eventually("the first CreateVolume", async || {
+    eventually("the first CreateVolume", WAIT, async || {
         (!h.driver.creates().is_empty()).then_some(())
     })
     .await;
     h.delete_claim("data").await;
 
-    eventually("the cleanup DeleteVolume", async || {
+    eventually("the cleanup DeleteVolume", WAIT, async || {
         (!h.driver.deletes().is_empty()).then_some(())
     })
     .await;
@@ -493,12 +487,12 @@ async fn a_claim_deleted_while_create_volume_is_in_flight_does_not_leak_its_volu
     let release = h.driver.hold_creates();
     let claim = h.create_claim("data").await;
     let pv_name = format!("pvc-{}", uid(&claim));
-    eventually("the CreateVolume in flight", async || {
+    eventually("the CreateVolume in flight", WAIT, async || {
         (!h.driver.creates().is_empty()).then_some(())
     })
     .await;
     h.delete_claim("data").await;
-    eventually("the claim gone from the API", async || {
+    eventually("the claim gone from the API", WAIT, async || {
         h.claims()
             .get_opt("data")
             .await
@@ -511,7 +505,7 @@ async fn a_claim_deleted_while_create_volume_is_in_flight_does_not_leak_its_volu
     tokio::time::sleep(Duration::from_millis(100)).await;
     release.notify_one();
 
-    eventually("the cleanup DeleteVolume", async || {
+    eventually("the cleanup DeleteVolume", WAIT, async || {
         (!h.driver.deletes().is_empty()).then_some(())
     })
     .await;
@@ -552,7 +546,7 @@ async fn a_missing_provisioner_secret_is_reported_in_client_go_words() {
         .await
         .unwrap();
     h.create_claim_with("data", "secured", true).await;
-    let failed = eventually("ProvisioningFailed", async || {
+    let failed = eventually("ProvisioningFailed", WAIT, async || {
         h.events("ProvisioningFailed").await.into_iter().next()
     })
     .await;
@@ -576,13 +570,13 @@ async fn a_claim_deleted_before_its_pv_is_saved_gets_no_pv_and_its_volume_is_del
         .fail("create", "persistentvolumes", 500, usize::MAX);
     let claim = h.create_claim("data").await;
     let pv_name = format!("pvc-{}", uid(&claim));
-    eventually("the PV waiting to be saved", async || {
+    eventually("the PV waiting to be saved", WAIT, async || {
         (h.counter(r#"workqueue_adds_total{name="unsavedpvs"}"#) >= 1).then_some(())
     })
     .await;
     h.delete_claim("data").await;
 
-    let deletes = eventually("the volume deleted", async || {
+    let deletes = eventually("the volume deleted", WAIT, async || {
         let deletes = h.driver.deletes();
         (!deletes.is_empty()).then_some(deletes)
     })
@@ -623,7 +617,7 @@ async fn a_refused_clone_is_not_retried_until_the_claim_changes() {
             (event.count >= Some(count)).then_some(event)
         }
     };
-    let first = eventually("the refusal", async || refused(1).await).await;
+    let first = eventually("the refusal", WAIT, async || refused(1).await).await;
     assert!(
         first
             .message
@@ -640,7 +634,10 @@ async fn a_refused_clone_is_not_retried_until_the_claim_changes() {
         .replace("copy", &PostParams::default(), &edited)
         .await
         .unwrap();
-    let second = eventually("the refusal after the edit", async || refused(2).await).await;
+    let second = eventually("the refusal after the edit", WAIT, async || {
+        refused(2).await
+    })
+    .await;
     // Both attempts came from the claim's own changes: none from a backoff retry.
     assert_eq!(second.count, Some(2));
     assert_eq!(h.counter(r#"workqueue_retries_total{name="claims"}"#), 0);
@@ -701,7 +698,7 @@ async fn a_released_delete_volume_is_deleted_with_its_pv() {
             &[crate::decide::PV_FINALIZER],
         ))
         .unwrap();
-    eventually("the PV gone", async || {
+    eventually("the PV gone", WAIT, async || {
         h.volumes()
             .get_opt("pvc-1")
             .await
@@ -726,7 +723,7 @@ async fn a_retained_volume_never_reaches_the_driver_and_loses_our_finalizer() {
             &[crate::decide::PV_FINALIZER],
         ))
         .unwrap();
-    eventually("our finalizer removed", async || {
+    eventually("our finalizer removed", WAIT, async || {
         let pv = h.volumes().get("pvc-1").await.unwrap();
         pv.metadata
             .finalizers
@@ -770,7 +767,7 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
             &[crate::decide::PV_FINALIZER],
         ))
         .unwrap();
-    let blocked = eventually("VolumeFailedDelete", async || {
+    let blocked = eventually("VolumeFailedDelete", WAIT, async || {
         let events = h.events("VolumeFailedDelete").await;
         (!events.is_empty()).then_some(events)
     })
@@ -786,7 +783,7 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
         .delete("csi-1", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the PV gone", async || {
+    eventually("the PV gone", WAIT, async || {
         h.volumes()
             .get_opt("pvc-1")
             .await
@@ -807,7 +804,7 @@ async fn a_pv_that_cannot_be_saved_is_retried_without_a_second_volume() {
         .fail("create", "persistentvolumes", 500, 3);
     let claim = h.create_claim("data").await;
     let pv_name = format!("pvc-{}", uid(&claim));
-    eventually("the PV", async || {
+    eventually("the PV", WAIT, async || {
         h.volumes().get_opt(&pv_name).await.unwrap()
     })
     .await;
@@ -816,7 +813,7 @@ async fn a_pv_that_cannot_be_saved_is_retried_without_a_second_volume() {
         1,
         "the volume is not created again"
     );
-    eventually("ProvisioningSucceeded", async || {
+    eventually("ProvisioningSucceeded", WAIT, async || {
         (!h.events("ProvisioningSucceeded").await.is_empty()).then_some(())
     })
     .await;

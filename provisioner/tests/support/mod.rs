@@ -32,7 +32,6 @@ use testbed::mock_csi::{
     DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, MockDriver, MockDriverConfig, MockDriverHandle,
 };
 use tokio::process::{Child, Command};
-use tokio::time::Instant;
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_csi-provisioner");
 pub(crate) const DRIVER: &str = "hostpath.csi.k8s.io";
@@ -268,24 +267,7 @@ pub(crate) fn claim(name: &str, class: &str, size: &str) -> PersistentVolumeClai
     }
 }
 
-/// Polls `check` every 50 ms until it returns `Some` or `timeout` passes (then panics).
-pub(crate) async fn eventually<T>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+pub(crate) use testbed::wait::eventually;
 
 pub(crate) fn free_port() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

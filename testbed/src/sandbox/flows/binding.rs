@@ -45,27 +45,31 @@ pub(super) async fn annotated(sb: &Sandbox) -> FlowResult {
         ms_since(start),
         n = sb.claims().len()
     )];
+    // The controller-manager writes its events from a background task (client-go's recorder
+    // does too), so an annotated claim's event may still be on its way: wait for all of them.
     let events: Api<Event> = Api::namespaced(sb.client().clone(), NAMESPACE);
-    let external = events
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| failed("cannot list events", e))?
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("ExternalProvisioning"))
-        .filter(|e| {
-            e.involved_object
-                .name
-                .as_ref()
-                .is_some_and(|n| sb.claims().contains(n))
-        })
-        .count();
-    if external < sb.claims().len() {
-        return Err(FlowError::Failed(format!(
-            "only {external} of {} claims have an ExternalProvisioning event",
-            sb.claims().len()
-        )));
-    }
+    let external = wait_for(
+        "an ExternalProvisioning event for every claim",
+        WAIT,
+        || async {
+            let count = events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("ExternalProvisioning"))
+                .filter(|e| {
+                    e.involved_object
+                        .name
+                        .as_ref()
+                        .is_some_and(|n| sb.claims().contains(n))
+                })
+                .count();
+            (count >= sb.claims().len()).then_some(count)
+        },
+    )
+    .await?;
     notes.push(format!(
         "ExternalProvisioning events from persistentvolume-controller: {external}"
     ));
