@@ -1,4 +1,4 @@
-//! The `sandbox` binary end to end: real child processes (mock driver, livenessprobe), the
+//! The `sandbox` binary end to end: real child processes (mock driver and every sidecar), the
 //! in-memory API server over HTTP, kubectl against its kubeconfig, and the exit codes CI
 //! relies on.
 
@@ -17,19 +17,25 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 
+/// Every flow of the sandbox; the test below runs them all with every sidecar binary.
 const FLOWS: &[&str] = &[
     "livenessprobe healthy",
     "PVC annotated by the controller-manager stand-in",
     "manual static binding",
-    "driver restart -> probe 500 then 200",
-];
-const LIVENESS_FLOWS: &[&str] = &[
-    "livenessprobe healthy",
+    "node-driver-registrar registration with kubelet",
+    "dynamic provisioning",
+    "deletion",
     "driver restart -> probe 500 then 200",
 ];
 
-/// Longest wait for `cargo build -p livenessprobe` (it may wait for another cargo's lock).
-const BUILD_TIMEOUT: Duration = Duration::from_mins(8);
+/// The sidecar binaries the sandbox starts. `cargo test --workspace` (the README's test
+/// command, which CI runs after `cargo build --workspace --bins`) builds them next to this
+/// package's own binaries; no test builds anything itself.
+const SIDECARS: &[&str] = &[
+    "livenessprobe",
+    "csi-node-driver-registrar",
+    "csi-provisioner",
+];
 
 /// The target dir the test binaries were built into (`target/<profile>`).
 fn bin_dir() -> PathBuf {
@@ -39,50 +45,13 @@ fn bin_dir() -> PathBuf {
         .to_owned()
 }
 
-/// `cargo test -p testbed` builds only testbed's binaries; build livenessprobe into the same
-/// target dir and profile when it is missing. Returns whether it is there.
-fn ensure_livenessprobe(dir: &Path) -> bool {
-    if dir.join("livenessprobe").is_file() {
-        return true;
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let profile = dir.file_name().unwrap().to_str().unwrap();
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.args(["build", "-p", "livenessprobe", "--bin", "livenessprobe"])
-        .arg("--target-dir")
-        .arg(dir.parent().unwrap());
-    match profile {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    // Bounded: another cargo may hold the build lock for a while, but not forever.
-    let mut child = cmd.spawn().unwrap();
-    let poll = Duration::from_millis(200);
-    let mut status = None;
-    for _ in 0..(BUILD_TIMEOUT.as_millis() / poll.as_millis()) {
-        status = child.try_wait().unwrap();
-        if status.is_some() {
-            break;
-        }
-        std::thread::sleep(poll);
-    }
-    if status.is_none() {
-        let _ = child.kill();
-    }
-    eprintln!("note: built livenessprobe for the sandbox test: {status:?}");
-    dir.join("livenessprobe").is_file()
-}
-
-fn kubectl() -> Option<PathBuf> {
+/// kubectl is part of this project's machine image (`/usr/bin/kubectl`).
+fn kubectl() -> PathBuf {
     ["/usr/bin/kubectl", "/usr/local/bin/kubectl"]
         .iter()
         .map(PathBuf::from)
         .find(|p| p.is_file())
+        .expect("kubectl is installed (the machine image has it at /usr/bin/kubectl)")
 }
 
 struct Run {
@@ -133,27 +102,23 @@ async fn run_sandbox(bin_dir: &Path, kubectl_while_running: bool) -> Run {
         .expect("the sandbox printed its report within 60 s");
 
     if kubectl_while_running {
-        if let Some(kubectl) = kubectl() {
-            let out = tokio::time::timeout(
-                Duration::from_secs(20),
-                Command::new(kubectl)
-                    .arg("--kubeconfig")
-                    .arg(&kubeconfig)
-                    .args(["get", "pvc,pv", "-A"])
-                    .output(),
-            )
-            .await
-            .expect("kubectl finished within 20 s")
-            .unwrap();
-            assert!(
-                out.status.success(),
-                "kubectl failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            kubectl_output = Some(String::from_utf8_lossy(&out.stdout).into_owned());
-        } else {
-            eprintln!("note: kubectl not installed, skipping the kubectl step");
-        }
+        let out = tokio::time::timeout(
+            Duration::from_secs(20),
+            Command::new(kubectl())
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["get", "pvc,pv", "-A"])
+                .output(),
+        )
+        .await
+        .expect("kubectl finished within 20 s")
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        kubectl_output = Some(String::from_utf8_lossy(&out.stdout).into_owned());
         let pid = rustix::process::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
         rustix::process::kill_process(pid.unwrap(), rustix::process::Signal::TERM).unwrap();
     }
@@ -190,11 +155,10 @@ fn outcome<'a>(report: &'a Value, flow: &str) -> &'a str {
         .unwrap()
 }
 
-/// A bin dir with exactly the mock driver and (when built) livenessprobe, so the result does
-/// not depend on which other sidecars happen to lie in the target dir.
-fn bin_dir_with_livenessprobe(tmp: &Path) -> (PathBuf, bool) {
+/// A bin dir with the mock driver and every sidecar binary, so the run covers every flow and
+/// does not depend on anything else lying in the target dir.
+fn bin_dir_with_every_sidecar(tmp: &Path) -> PathBuf {
     let target = bin_dir();
-    let have_livenessprobe = ensure_livenessprobe(&target);
     let dir = tmp.join("bin");
     std::fs::create_dir_all(&dir).unwrap();
     std::os::unix::fs::symlink(
@@ -202,28 +166,37 @@ fn bin_dir_with_livenessprobe(tmp: &Path) -> (PathBuf, bool) {
         dir.join("mock-csi-driver"),
     )
     .unwrap();
-    if have_livenessprobe {
-        std::os::unix::fs::symlink(target.join("livenessprobe"), dir.join("livenessprobe"))
-            .unwrap();
+    for sidecar in SIDECARS {
+        let binary = target.join(sidecar);
+        assert!(
+            binary.is_file(),
+            "{} is missing: run the workspace's test command (cargo test --workspace), which builds every sidecar",
+            binary.display()
+        );
+        std::os::unix::fs::symlink(binary, dir.join(sidecar)).unwrap();
     }
-    (dir, have_livenessprobe)
+    dir
 }
 
 #[tokio::test]
 async fn the_sandbox_passes_every_flow_and_serves_kubectl_while_it_keeps_running() {
     let tmp = tempfile::tempdir().unwrap();
-    let (dir, have_livenessprobe) = bin_dir_with_livenessprobe(tmp.path());
-    let run = run_sandbox(&dir, true).await;
+    let run = run_sandbox(&bin_dir_with_every_sidecar(tmp.path()), true).await;
     let report = run.report.as_ref().expect("a JSON report");
     for flow in FLOWS {
-        let got = outcome(report, flow);
-        if !have_livenessprobe && LIVENESS_FLOWS.contains(flow) {
-            eprintln!("note: livenessprobe binary absent, {flow:?} is {got}");
-            assert_eq!(got, "skipped", "{}", run.stdout);
-        } else {
-            assert_eq!(got, "passed", "flow {flow:?}:\n{}", run.stdout);
-        }
+        assert_eq!(
+            outcome(report, flow),
+            "passed",
+            "flow {flow:?}:\n{}",
+            run.stdout
+        );
     }
+    assert_eq!(
+        report["flows"].as_array().unwrap().len(),
+        FLOWS.len(),
+        "a flow this test does not know:\n{}",
+        run.stdout
+    );
     assert!(
         run.status.success(),
         "exit {:?}:\n{}",
@@ -236,37 +209,34 @@ async fn the_sandbox_passes_every_flow_and_serves_kubectl_while_it_keeps_running
         "{}",
         run.stdout
     );
-    if have_livenessprobe {
-        let sidecar = report["sidecars"]
+    let sidecar = report["sidecars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "livenessprobe")
+        .unwrap();
+    assert!(sidecar["state"].as_str().unwrap().starts_with("running"));
+    let highlight = report["highlights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["sidecar"] == "livenessprobe")
+        .unwrap();
+    assert_eq!(highlight["healthz"], "200 \"ok\"");
+    assert!(
+        highlight["metrics"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|s| s["name"] == "livenessprobe")
-            .unwrap();
-        assert!(sidecar["state"].as_str().unwrap().starts_with("running"));
-        let highlight = report["highlights"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|h| h["sidecar"] == "livenessprobe")
-            .unwrap();
-        assert_eq!(highlight["healthz"], "200 \"ok\"");
+            .any(|m| m.as_str().unwrap().contains("/csi.v1.Identity/Probe")),
+        "{highlight}"
+    );
+    let kubectl = run.kubectl.as_ref().expect("kubectl ran");
+    for claim in ["sandbox-claim-1", "sandbox-claim-2", "sandbox-claim-3"] {
         assert!(
-            highlight["metrics"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|m| m.as_str().unwrap().contains("/csi.v1.Identity/Probe")),
-            "{highlight}"
+            kubectl.contains(&format!("persistentvolumeclaim/{claim}")),
+            "{kubectl}"
         );
-    }
-    if let Some(kubectl) = &run.kubectl {
-        for claim in ["sandbox-claim-1", "sandbox-claim-2", "sandbox-claim-3"] {
-            assert!(
-                kubectl.contains(&format!("persistentvolumeclaim/{claim}")),
-                "{kubectl}"
-            );
-        }
     }
 }
 
