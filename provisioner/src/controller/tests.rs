@@ -321,6 +321,9 @@ fn claim_object(name: &str, class: &str, annotated: bool) -> PersistentVolumeCla
 /// How long a controller test waits for a positive signal.
 const WAIT: Duration = Duration::from_secs(10);
 
+/// The claim queue's adds counter: one per claim event that queued work.
+const CLAIM_ADDS: &str = r#"workqueue_adds_total{name="claims"}"#;
+
 fn uid(claim: &PersistentVolumeClaim) -> String {
     claim.metadata.uid.clone().unwrap()
 }
@@ -491,6 +494,8 @@ async fn a_claim_deleted_while_create_volume_is_in_flight_does_not_leak_its_volu
         (!h.driver.creates().is_empty()).then_some(())
     })
     .await;
+    // Nothing writes the claim while its create is held, so the next add is the deletion's.
+    let adds = h.counter(CLAIM_ADDS);
     h.delete_claim("data").await;
     eventually("the claim gone from the API", WAIT, async || {
         h.claims()
@@ -501,8 +506,12 @@ async fn a_claim_deleted_while_create_volume_is_in_flight_does_not_leak_its_volu
             .then_some(())
     })
     .await;
-    // Give the informer a moment to see the deletion before the driver answers.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The informer saw the deletion (its handler re-queues a claim in progress, after the
+    // cache was updated) before the driver answers.
+    eventually("the provisioner to see the deletion", WAIT, async || {
+        (h.counter(CLAIM_ADDS) > adds).then_some(())
+    })
+    .await;
     release.notify_one();
 
     eventually("the cleanup DeleteVolume", WAIT, async || {
