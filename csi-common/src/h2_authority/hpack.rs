@@ -12,8 +12,6 @@
 //! bounded as h2 requires and the never-indexed flag of each field is kept for the re-encoding
 //! (RFC 7541 §6.2.3: an intermediary MUST keep it).
 
-use std::borrow::Cow;
-
 /// The dynamic table size the server behind the rewriter advertises: the protocol's initial
 /// `SETTINGS_HEADER_TABLE_SIZE`, which h2 uses unless told otherwise and tonic never changes
 /// (pinned by a test that reads the SETTINGS a tonic server sends).
@@ -270,14 +268,6 @@ fn string(bytes: &[u8], out: &mut Vec<u8>) {
     // Writing into a Vec cannot fail.
     let _ = loona_hpack::encoder::encode_integer_into(bytes.len(), 7, 0, out);
     out.extend_from_slice(bytes);
-}
-
-/// The value of the first field called `name`, if any.
-pub(super) fn value<'a>(fields: &'a [Field], name: &[u8]) -> Option<Cow<'a, [u8]>> {
-    fields
-        .iter()
-        .find(|field| field.name == name)
-        .map(|field| Cow::Borrowed(&field.value[..]))
 }
 
 #[cfg(test)]

@@ -107,12 +107,8 @@ impl Rewriter {
             &buffered
         };
         let consumed = self.process(bytes, out);
-        let rest = bytes[consumed..].to_vec();
-        buffered.clear();
-        self.input = rest;
-        if self.input.capacity() > 2 * MAX_FRAME_SIZE + HEAD_LEN {
-            self.input.shrink_to_fit();
-        }
+        // At most one incomplete frame is kept, in an allocation of its own size.
+        self.input = bytes[consumed..].to_vec();
     }
 
     /// The client closed its side: appends, exactly as received, whatever was held back (an
@@ -321,7 +317,7 @@ fn apply(policy: &Policy, fields: &mut Vec<Field>) -> bool {
             changed
         }
         Policy::Set(_) | Policy::Remove => {
-            if hpack::value(fields, b":method").is_none() {
+            if !fields.iter().any(|f| f.name == b":method") {
                 // Trailers: no pseudo-header fields at all.
                 return false;
             }
