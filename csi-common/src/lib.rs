@@ -21,6 +21,7 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod quantity;
+pub mod quote;
 pub mod rpc_log;
 pub mod runtime;
 pub mod shutdown;

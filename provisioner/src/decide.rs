@@ -9,37 +9,11 @@
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
+use crate::annotations::{
+    ANN_ALPHA_SELECTED_NODE, ANN_BETA_STORAGE_PROVISIONER, ANN_MIGRATED_TO, ANN_PROVISIONED_BY,
+    ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, PV_FINALIZER, claim_class_name,
+};
 use crate::plan_error::PlanError;
-
-/// Claim annotation (set by kube-controller-manager) naming the provisioner that should act.
-pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
-/// Older spelling of [`ANN_STORAGE_PROVISIONER`], read when the GA one is absent.
-pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
-/// CSI migration: the CSI driver an in-tree claim or volume was handed to.
-pub const ANN_MIGRATED_TO: &str = "pv.kubernetes.io/migrated-to";
-/// The node the scheduler picked for a WaitForFirstConsumer claim.
-pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-/// Ancient spelling of [`ANN_SELECTED_NODE`], still read by the lib.
-pub const ANN_ALPHA_SELECTED_NODE: &str = "volume.alpha.kubernetes.io/selected-node";
-/// Beta class annotation; takes precedence over `spec.storageClassName` on claims and volumes.
-pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
-/// PV annotation: the provisioner that created the volume (the class's `provisioner`).
-pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
-/// PV annotation: provisioner secret name for DeleteVolume (empty when none).
-pub const ANN_DELETION_SECRET_NAME: &str = "volume.kubernetes.io/provisioner-deletion-secret-name";
-/// PV annotation: provisioner secret namespace for DeleteVolume (empty when none).
-pub const ANN_DELETION_SECRET_NAMESPACE: &str =
-    "volume.kubernetes.io/provisioner-deletion-secret-namespace";
-/// PV annotation: ControllerModifyVolume secret name (read by external-resizer).
-pub const ANN_CONTROLLER_MODIFY_SECRET_NAME: &str =
-    "volume.kubernetes.io/controller-modify-secret-name";
-/// PV annotation: ControllerModifyVolume secret namespace.
-pub const ANN_CONTROLLER_MODIFY_SECRET_NAMESPACE: &str =
-    "volume.kubernetes.io/controller-modify-secret-namespace";
-/// Finalizer that keeps a PV (and so the knowledge of its storage) until DeleteVolume succeeded.
-pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
-/// `spec.csi.volumeAttributes` key holding the provisioner instance identity.
-pub const PROVISIONER_ID_KEY: &str = "storage.kubernetes.io/csiProvisionerIdentity";
 
 const BINDING_WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
 const PHASE_BOUND: &str = "Bound";
@@ -125,40 +99,6 @@ pub fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
         .or_else(|| annotations.get(ANN_ALPHA_SELECTED_NODE))
         .map(String::as_str)
         .filter(|node| !node.is_empty())
-}
-
-/// The claim's class name: the beta annotation if present (even empty), else
-/// `spec.storageClassName`, else "" (Kubernetes `GetPersistentVolumeClaimClass`).
-pub fn claim_class_name(pvc: &PersistentVolumeClaim) -> String {
-    if let Some(class) = pvc
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANN_BETA_STORAGE_CLASS))
-    {
-        return class.clone();
-    }
-    pvc.spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default()
-}
-
-/// The volume's class name, same precedence as [`claim_class_name`] (Kubernetes
-/// `GetPersistentVolumeClass`).
-pub fn pv_class_name(pv: &PersistentVolume) -> String {
-    if let Some(class) = pv
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANN_BETA_STORAGE_CLASS))
-    {
-        return class.clone();
-    }
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default()
 }
 
 /// What to do with a PersistentVolume.

@@ -7,6 +7,7 @@
 //! ready, learn its name and capabilities, serve diagnostics, optionally win the Lease, then run
 //! the claim and volume controllers until shutdown, a lost driver connection or a lost Lease.
 
+pub mod annotations;
 pub mod args;
 pub mod controller;
 pub mod csi;

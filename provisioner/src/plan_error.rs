@@ -7,10 +7,9 @@
 //! and are not repeated in the outer message (STYLE.md §1.3), so the text Go prints is
 //! [`PlanError::event_message`], the whole chain joined with `": "`.
 
-use std::fmt::Write as _;
-
 use csi_common::access_modes::AccessModeError;
 use csi_common::quantity::QuantityError;
+use csi_common::quote::go_quote;
 use thiserror::Error;
 
 use crate::params::ParamError;
@@ -320,65 +319,9 @@ impl PlanError {
     }
 }
 
-/// Quotes a string the way Go's `%q` does (`strconv.Quote`): double quotes, backslash escapes
-/// for quotes, backslashes and control characters, printable Unicode kept as is.
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if u32::from(c) < 0x80 && c.is_control() => {
-                let _ = write!(out, "\\x{:02x}", u32::from(c));
-            }
-            c if c.is_control() => {
-                if u32::from(c) <= 0xffff {
-                    let _ = write!(out, "\\u{:04x}", u32::from(c));
-                } else {
-                    let _ = write!(out, "\\U{:08x}", u32::from(c));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A string list as Go's `%v` prints a `[]string`: `[a b c]`.
-pub(crate) fn go_list(items: &[String]) -> String {
-    format!("[{}]", items.join(" "))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_quote_escapes_like_strconv_quote() {
-        let cases = [
-            ("", r#""""#),
-            ("plain", r#""plain""#),
-            ("${pvc.name}", r#""${pvc.name}""#),
-            ("a\"b", r#""a\"b""#),
-            ("back\\slash", r#""back\\slash""#),
-            ("tab\there", r#""tab\there""#),
-            ("nl\n", r#""nl\n""#),
-            ("\u{1}", r#""\x01""#),
-            ("ünï", r#""ünï""#),
-        ];
-        for (input, want) in cases {
-            assert_eq!(go_quote(input), want, "{input:?}");
-        }
-    }
 
     #[test]
     fn messages_match_upstream_texts() {

@@ -18,7 +18,7 @@ use proto::csi::v1::CreateVolumeResponse;
 use proto::csi::v1::volume_capability::access_mode::Mode;
 use thiserror::Error;
 
-use crate::decide::{
+use crate::annotations::{
     ANN_CONTROLLER_MODIFY_SECRET_NAME, ANN_CONTROLLER_MODIFY_SECRET_NAMESPACE,
     ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE, ANN_PROVISIONED_BY,
     PROVISIONER_ID_KEY, PV_FINALIZER, claim_class_name,

@@ -13,13 +13,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use csi_common::quote::go_quote;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use thiserror::Error;
 
-use crate::decide::{ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE, pv_class_name};
+use crate::annotations::{ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE, pv_class_name};
 use crate::params;
-use crate::plan_error::go_quote;
 
 /// A resolved secret reference.
 #[derive(Debug, Clone, PartialEq, Eq)]

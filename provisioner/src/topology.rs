@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use csi_common::quote::go_quote;
 use k8s_openapi::api::core::v1::{
     Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, TopologySelectorTerm,
     VolumeNodeAffinity,
@@ -21,8 +22,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::CSINode;
 use proto::csi::v1::{Topology, TopologyRequirement};
 use thiserror::Error;
-
-use crate::plan_error::{go_list, go_quote};
 
 /// A read-only snapshot of the cluster objects topology is computed from (the controller's
 /// reflector stores).
@@ -467,6 +466,11 @@ fn go_terms(terms: &[Term]) -> String {
 fn go_map(map: &BTreeMap<String, String>) -> String {
     let pairs: Vec<String> = map.iter().map(|(k, v)| format!("{k}:{v}")).collect();
     format!("map[{}]", pairs.join(" "))
+}
+
+/// A string list as Go's `%v` prints a `[]string` (`[a b c]`), as upstream's topology errors do.
+fn go_list(items: &[String]) -> String {
+    format!("[{}]", items.join(" "))
 }
 
 #[cfg(test)]

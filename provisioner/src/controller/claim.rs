@@ -23,10 +23,9 @@ use proto::csi::v1::{CreateVolumeResponse, DeleteVolumeRequest};
 use tokio::time::Instant;
 use tonic::Code;
 
+use crate::annotations::{ANN_ALPHA_SELECTED_NODE, ANN_SELECTED_NODE, claim_class_name};
 use crate::csi::{CsiError, VolumeDriver};
-use crate::decide::{
-    ANN_ALPHA_SELECTED_NODE, ANN_SELECTED_NODE, ClaimStep, claim_class_name, decide_claim,
-};
+use crate::decide::{ClaimStep, decide_claim};
 use crate::naming::volume_name;
 use crate::plan_error::{POPULATOR_EVENT_MESSAGE, PlanError, ProvisioningState};
 use crate::pv::{BuildPvError, build_pv};

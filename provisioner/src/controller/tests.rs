@@ -704,7 +704,7 @@ async fn a_released_delete_volume_is_deleted_with_its_pv() {
         .put_object(&released_pv(
             "pvc-1",
             "Delete",
-            &[crate::decide::PV_FINALIZER],
+            &[crate::annotations::PV_FINALIZER],
         ))
         .unwrap();
     eventually("the PV gone", WAIT, async || {
@@ -729,7 +729,7 @@ async fn a_retained_volume_never_reaches_the_driver_and_loses_our_finalizer() {
         .put_object(&released_pv(
             "pvc-1",
             "Retain",
-            &[crate::decide::PV_FINALIZER],
+            &[crate::annotations::PV_FINALIZER],
         ))
         .unwrap();
     eventually("our finalizer removed", WAIT, async || {
@@ -773,7 +773,7 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
         .put_object(&released_pv(
             "pvc-1",
             "Delete",
-            &[crate::decide::PV_FINALIZER],
+            &[crate::annotations::PV_FINALIZER],
         ))
         .unwrap();
     let blocked = eventually("VolumeFailedDelete", WAIT, async || {

@@ -18,8 +18,9 @@ use proto::csi::v1::DeleteVolumeRequest;
 use serde_json::json;
 use tokio::time::Instant;
 
+use crate::annotations::{PV_FINALIZER, pv_class_name};
 use crate::csi::VolumeDriver;
-use crate::decide::{PV_FINALIZER, VolumeStep, decide_volume, pv_class_name, volume_handle};
+use crate::decide::{VolumeStep, decide_volume, volume_handle};
 use crate::secrets::{DeletionSecretError, deletion_secret};
 use csi_common::events::{EventType, reference};
 

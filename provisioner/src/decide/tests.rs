@@ -1,4 +1,5 @@
 use super::*;
+use crate::annotations::{ANN_BETA_STORAGE_CLASS, pv_class_name};
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, PersistentVolumeClaimSpec, PersistentVolumeSpec,
     PersistentVolumeStatus,

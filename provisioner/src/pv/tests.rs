@@ -275,7 +275,7 @@ fn pv_carries_secrets_mode_policy_and_attributes() {
     claim_spec.volume_mode = Some("Block".into());
     claim_spec.storage_class_name = None;
     pvc.metadata.annotations.as_mut().unwrap().insert(
-        crate::decide::ANN_BETA_STORAGE_CLASS.into(),
+        crate::annotations::ANN_BETA_STORAGE_CLASS.into(),
         "fixtures-hostpath".into(),
     );
     let mut class = fixture_class();
@@ -321,7 +321,7 @@ fn pv_carries_secrets_mode_policy_and_attributes() {
     let mut response = fixture_response();
     // The driver's context wins over the identity key.
     response.volume.as_mut().unwrap().volume_context.insert(
-        crate::decide::PROVISIONER_ID_KEY.into(),
+        crate::annotations::PROVISIONER_ID_KEY.into(),
         "driver-says".into(),
     );
     let pv = build(&opts, &pvc, &class, &response).unwrap();
@@ -368,7 +368,7 @@ fn pv_carries_secrets_mode_policy_and_attributes() {
         serde_json::json!({"name": "nexpand", "namespace": "ns5"})
     );
     assert_eq!(
-        csi["volumeAttributes"][crate::decide::PROVISIONER_ID_KEY],
+        csi["volumeAttributes"][crate::annotations::PROVISIONER_ID_KEY],
         "driver-says"
     );
     assert_eq!(

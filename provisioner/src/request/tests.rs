@@ -462,7 +462,7 @@ fn bad_input_fails_with_upstream_messages_and_states() {
                     .annotations
                     .as_mut()
                     .unwrap()
-                    .insert(crate::decide::ANN_SELECTED_NODE.into(), "gone".into());
+                    .insert(crate::annotations::ANN_SELECTED_NODE.into(), "gone".into());
             }),
             r#"failed to get selected CSINode gone: csinode.storage.k8s.io "gone" not found"#,
             Reschedule,
