@@ -3,6 +3,7 @@
 //! resolution and the PV builder share (names as in Kubernetes and external-provisioner).
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Claim annotation (set by kube-controller-manager) naming the provisioner that should act.
 pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
@@ -37,33 +38,29 @@ pub const PROVISIONER_ID_KEY: &str = "storage.kubernetes.io/csiProvisionerIdenti
 /// The claim's class name: the beta annotation if present (even empty), else
 /// `spec.storageClassName`, else "" (Kubernetes `GetPersistentVolumeClaimClass`).
 pub fn claim_class_name(pvc: &PersistentVolumeClaim) -> String {
-    if let Some(class) = pvc
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANN_BETA_STORAGE_CLASS))
-    {
-        return class.clone();
-    }
-    pvc.spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default()
+    class_name(
+        &pvc.metadata,
+        pvc.spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.as_ref()),
+    )
 }
 
 /// The volume's class name, same precedence as [`claim_class_name`] (Kubernetes
 /// `GetPersistentVolumeClass`).
 pub fn pv_class_name(pv: &PersistentVolume) -> String {
-    if let Some(class) = pv
-        .metadata
+    class_name(
+        &pv.metadata,
+        pv.spec.as_ref().and_then(|s| s.storage_class_name.as_ref()),
+    )
+}
+
+fn class_name(metadata: &ObjectMeta, spec_class: Option<&String>) -> String {
+    metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(ANN_BETA_STORAGE_CLASS))
-    {
-        return class.clone();
-    }
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
+        .or(spec_class)
+        .cloned()
         .unwrap_or_default()
 }
