@@ -1,16 +1,35 @@
 //! One classifier of gRPC status codes: is a failed CSI call *final* (the driver is known not to
-//! be working on the operation any more) or may it still be *in progress* on the driver?
+//! be working on the operation any more) or may it still be *in progress* on the driver? And
+//! [`CsiError`], a failed call as the sidecars keep it: the code that classification needs and
+//! the text grpc-go prints.
 //!
 //! Rust counterpart of `isFinalError` in external-attacher `pkg/attacher/attacher.go`;
-//! external-resizer applies the same rule to ControllerExpandVolume errors. Who asks it:
+//! external-resizer applies the same rule to ControllerExpandVolume errors. Who asks what:
 //!
-//! * csi-common's identity calls ([`crate::identity`]) and the attacher and resizer, for every
-//!   CSI call whose failure decides between "retry the same request" and "give up";
-//! * **not** the provisioner's CreateVolume: upstream external-provisioner classifies that one
-//!   with its own `checkError` (spec §4.5), which differs in one code: `ResourceExhausted` is
-//!   *final* there unless the claim can be rescheduled to another node, while it is non-final
-//!   here (CSI: "retry later"). Copying upstream exactly matters for the claim's state machine,
-//!   so that rule lives next to it, in the provisioner's `create_error_state`, table-tested.
+//! * csi-common's identity calls ([`crate::identity`]) and the attacher and resizer ask
+//!   [`is_final`] / [`CsiError::is_final`] for every CSI call whose failure decides between
+//!   "retry the same request" and "give up";
+//! * the provisioner's CreateVolume asks [`create_volume_failure`]: upstream
+//!   external-provisioner classifies that one with its own `checkError` (spec §4.5), which
+//!   differs in one code: `ResourceExhausted` is *final* there (or a reason to reschedule the
+//!   claim to another node), while it is non-final for everyone else (CSI: "retry later").
+//!   The claim's state machine depends on copying upstream exactly, so the exception is written
+//!   here, next to the rule it departs from, and table-tested against it.
+//!
+//! ```
+//! use csi_common::status::{self, CreateVolumeFailure, CsiError};
+//! use tonic::Code;
+//!
+//! let err = CsiError::status(Code::ResourceExhausted, "no space left");
+//! assert_eq!(err.to_string(), "rpc error: code = ResourceExhausted desc = no space left");
+//! assert!(!err.is_final());
+//! assert_eq!(
+//!     status::create_volume_failure(err.code, false),
+//!     CreateVolumeFailure::Final
+//! );
+//! ```
+
+use std::fmt;
 
 use tonic::Code;
 
@@ -88,6 +107,90 @@ pub fn code_name(code: Code) -> &'static str {
     }
 }
 
+/// A failed CSI call: the gRPC code (what classification needs) and the message.
+///
+/// Displays like grpc-go's status errors (`rpc error: code = Internal desc = ...`), because
+/// upstream puts that text into Events (`ProvisioningFailed`, `VolumeFailedDelete`), VolumeAttachment
+/// `attachError`s, PVC conditions and `/healthz` bodies, and users search for it. An error without
+/// a status shows its message alone, as Go prints a plain error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct CsiError {
+    /// The gRPC code; `None` when the call failed without a status (upstream then assumes the
+    /// operation may still be running).
+    pub code: Option<Code>,
+    /// The status message (or the transport error's text).
+    pub message: String,
+}
+
+impl CsiError {
+    /// An error with a gRPC status code.
+    pub fn status(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code: Some(code),
+            message: message.into(),
+        }
+    }
+
+    /// Whether the driver is known to have stopped working on the request ([`is_final_error`]
+    /// of the code).
+    pub fn is_final(&self) -> bool {
+        is_final_error(self.code)
+    }
+}
+
+impl fmt::Display for CsiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.code {
+            Some(code) => write!(
+                f,
+                "rpc error: code = {} desc = {}",
+                code_name(code),
+                self.message
+            ),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl From<tonic::Status> for CsiError {
+    fn from(status: tonic::Status) -> Self {
+        Self::from(&status)
+    }
+}
+
+impl From<&tonic::Status> for CsiError {
+    fn from(status: &tonic::Status) -> Self {
+        Self::status(status.code(), status.message())
+    }
+}
+
+/// How a failed CreateVolume ends ([`create_volume_failure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateVolumeFailure {
+    /// The driver may still be creating the volume: repeat the same request.
+    InProgress,
+    /// The driver is not creating the volume.
+    Final,
+    /// Final on the claim's selected node: let the scheduler pick another one.
+    Reschedule,
+}
+
+/// Classifies a failed CreateVolume as external-provisioner's `checkError` does (spec §4.5).
+///
+/// The same rule as [`is_final_error`] with one exception: `ResourceExhausted` means the
+/// volume cannot be created where it was asked for (CSI spec, CreateVolume errors), so it is
+/// [`Reschedule`](CreateVolumeFailure::Reschedule) when the caller may move the claim to another
+/// node (`may_reschedule`: topology is on and the claim has a selected node) and
+/// [`Final`](CreateVolumeFailure::Final) otherwise, never "in progress".
+pub fn create_volume_failure(code: Option<Code>, may_reschedule: bool) -> CreateVolumeFailure {
+    match code {
+        Some(Code::ResourceExhausted) if may_reschedule => CreateVolumeFailure::Reschedule,
+        Some(Code::ResourceExhausted) => CreateVolumeFailure::Final,
+        code if is_final_error(code) => CreateVolumeFailure::Final,
+        _ => CreateVolumeFailure::InProgress,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +226,48 @@ mod tests {
     #[test]
     fn an_error_without_a_grpc_status_is_not_final() {
         assert!(!is_final_error(None));
+    }
+
+    #[test]
+    fn create_volume_failures_follow_external_provisioner_check_error() {
+        use CreateVolumeFailure::{Final, InProgress, Reschedule};
+        assert_eq!(create_volume_failure(None, true), InProgress);
+        for (code, _, final_) in ALL {
+            let want = match code {
+                Code::ResourceExhausted => Final,
+                _ if final_ => Final,
+                _ => InProgress,
+            };
+            assert_eq!(create_volume_failure(Some(code), false), want, "{code:?}");
+            let want = if code == Code::ResourceExhausted {
+                Reschedule
+            } else {
+                want
+            };
+            assert_eq!(create_volume_failure(Some(code), true), want, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn errors_display_like_grpc_go_status_errors() {
+        let err = CsiError::status(
+            Code::OutOfRange,
+            "Requested capacity 2199023255552 exceeds maximum allowed 1099511627776",
+        );
+        assert_eq!(
+            err.to_string(),
+            "rpc error: code = OutOfRange desc = Requested capacity 2199023255552 exceeds maximum allowed 1099511627776"
+        );
+        let err = CsiError::from(tonic::Status::cancelled("gone"));
+        assert_eq!(err.to_string(), "rpc error: code = Canceled desc = gone");
+        assert!(!err.is_final());
+        let err = CsiError {
+            code: None,
+            message: "transport closed".into(),
+        };
+        assert_eq!(err.to_string(), "transport closed");
+        assert!(!err.is_final());
+        assert!(CsiError::status(Code::Internal, "x").is_final());
     }
 
     #[test]

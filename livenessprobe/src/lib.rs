@@ -21,7 +21,7 @@ use csi_common::connection::{self, ConnectOptions, CsiAddress};
 use csi_common::http::{self as diag, Listener};
 use csi_common::identity::{self, ProbeOutcome};
 use csi_common::metrics::{CsiMetrics, ProcessMetrics};
-use csi_common::status;
+use csi_common::status::CsiError;
 
 /// Everything livenessprobe needs to run, validated from the flags by [`args`].
 #[derive(Clone, Debug)]
@@ -219,18 +219,8 @@ impl Prober {
         identity::probe(&conn, self.timeout)
             .await
             .map_err(|err| match &err {
-                identity::Error::Call { status, .. } => go_status_text(status),
+                identity::Error::Call { status, .. } => CsiError::from(&**status).to_string(),
                 identity::Error::EmptyDriverName => csi_common::logging::error_chain(&err),
             })
     }
-}
-
-/// A gRPC status as grpc-go's `status.Error` prints it, which is what upstream returns in the
-/// `/healthz` body and what existing log alerts match on.
-pub fn go_status_text(status: &tonic::Status) -> String {
-    format!(
-        "rpc error: code = {} desc = {}",
-        status::code_name(status.code()),
-        status.message()
-    )
 }

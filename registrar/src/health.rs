@@ -25,6 +25,7 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 use axum::routing::any;
+use csi_common::status::CsiError;
 use proto::pluginregistration::v1::InfoRequest;
 use proto::pluginregistration::v1::registration_client::RegistrationClient;
 
@@ -93,16 +94,16 @@ impl HealthCheck {
             Ok(Ok(response)) => response.into_inner(),
             Ok(Err(status)) => {
                 return Err(format!(
-                    "error getting info from node-registrar socket: rpc error: code = {} desc = {}",
-                    csi_common::status::code_name(status.code()),
-                    status.message()
+                    "error getting info from node-registrar socket: {}",
+                    CsiError::from(status)
                 ));
             }
             Err(_elapsed) => {
-                return Err(
-                    "error getting info from node-registrar socket: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
-                        .to_owned(),
-                );
+                let err =
+                    CsiError::status(tonic::Code::DeadlineExceeded, "context deadline exceeded");
+                return Err(format!(
+                    "error getting info from node-registrar socket: {err}"
+                ));
             }
         };
         if info.name == self.driver_name {

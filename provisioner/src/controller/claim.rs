@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tonic::Code;
 
 use crate::annotations::{ANN_ALPHA_SELECTED_NODE, ANN_SELECTED_NODE, claim_class_name};
-use crate::csi::{CsiError, VolumeDriver};
+use crate::csi::VolumeDriver;
 use crate::decide::{ClaimStep, decide_claim};
 use crate::naming::volume_name;
 use crate::plan_error::{POPULATOR_EVENT_MESSAGE, PlanError, ProvisioningState};
@@ -32,6 +32,7 @@ use crate::pv::{BuildPvError, build_pv};
 use crate::request::{ProvisionInputs, ProvisionPlan, plan_provision};
 use crate::topology::TopologyView;
 use csi_common::events::{EventType, reference};
+use csi_common::status::{self, CreateVolumeFailure, CsiError};
 
 use super::in_progress::Entry;
 use super::save::{self, PendingVolume};
@@ -285,22 +286,18 @@ fn remember_volume<D>(ctx: &Context<D>, key: &ClaimKey, response: &CreateVolumeR
     }
 }
 
-/// The state upstream's `checkError` gives a failed CreateVolume (spec §4.5); InvalidArgument
-/// is handled before this as "infeasible".
+/// The state upstream's `checkError` gives a failed CreateVolume (spec §4.5, classified by
+/// [`status::create_volume_failure`]); InvalidArgument is handled before this as "infeasible".
+/// Only a claim with a selected node under `--feature-gates=Topology=true` can be rescheduled.
 pub(crate) fn create_error_state(
     err: &CsiError,
     topology: bool,
     selected_node: bool,
 ) -> ProvisioningState {
-    match err.code {
-        // No status: the call may have reached the driver.
-        None => ProvisioningState::InBackground,
-        // Out of space on the chosen node: let the scheduler pick another one.
-        Some(Code::ResourceExhausted) if topology && selected_node => ProvisioningState::Reschedule,
-        Some(Code::Cancelled | Code::DeadlineExceeded | Code::Unavailable | Code::Aborted) => {
-            ProvisioningState::InBackground
-        }
-        Some(_) => ProvisioningState::Finished,
+    match status::create_volume_failure(err.code, topology && selected_node) {
+        CreateVolumeFailure::InProgress => ProvisioningState::InBackground,
+        CreateVolumeFailure::Final => ProvisioningState::Finished,
+        CreateVolumeFailure::Reschedule => ProvisioningState::Reschedule,
     }
 }
 

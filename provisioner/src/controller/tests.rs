@@ -28,7 +28,7 @@ use testbed::wait::eventually;
 
 use super::*;
 use crate::args::RetrySettings;
-use crate::csi::CsiError;
+use csi_common::status::CsiError;
 
 const DRIVER: &str = "fake.csi.k8s.io";
 const START: Duration = Duration::from_millis(40);
