@@ -24,6 +24,7 @@ pub mod quantity;
 pub mod quote;
 pub mod rpc_log;
 pub mod runtime;
+pub mod secrets;
 pub mod shutdown;
 pub mod status;
 pub mod version;

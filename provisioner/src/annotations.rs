@@ -24,12 +24,6 @@ pub const ANN_DELETION_SECRET_NAME: &str = "volume.kubernetes.io/provisioner-del
 /// PV annotation: provisioner secret namespace for DeleteVolume (empty when none).
 pub const ANN_DELETION_SECRET_NAMESPACE: &str =
     "volume.kubernetes.io/provisioner-deletion-secret-namespace";
-/// PV annotation: ControllerModifyVolume secret name (read by external-resizer).
-pub const ANN_CONTROLLER_MODIFY_SECRET_NAME: &str =
-    "volume.kubernetes.io/controller-modify-secret-name";
-/// PV annotation: ControllerModifyVolume secret namespace.
-pub const ANN_CONTROLLER_MODIFY_SECRET_NAMESPACE: &str =
-    "volume.kubernetes.io/controller-modify-secret-namespace";
 /// Finalizer that keeps a PV (and so the knowledge of its storage) until DeleteVolume succeeded.
 pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
 /// `spec.csi.volumeAttributes` key holding the provisioner instance identity.

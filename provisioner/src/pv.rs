@@ -7,6 +7,9 @@
 
 use std::collections::BTreeMap;
 
+use csi_common::secrets::{
+    ANN_CONTROLLER_MODIFY_SECRET_NAME, ANN_CONTROLLER_MODIFY_SECRET_NAMESPACE,
+};
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeSpec,
     SecretReference,
@@ -19,14 +22,11 @@ use proto::csi::v1::volume_capability::access_mode::Mode;
 use thiserror::Error;
 
 use crate::annotations::{
-    ANN_CONTROLLER_MODIFY_SECRET_NAME, ANN_CONTROLLER_MODIFY_SECRET_NAMESPACE,
     ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE, ANN_PROVISIONED_BY,
     PROVISIONER_ID_KEY, PV_FINALIZER, claim_class_name,
 };
 use crate::plan_error::ProvisioningState;
-use crate::request::{
-    ProvisionInputs, ProvisionOptions, ProvisionPlan, RESOURCE_STORAGE, SecretRef,
-};
+use crate::request::{ProvisionInputs, ProvisionOptions, ProvisionPlan, RESOURCE_STORAGE};
 use crate::topology::node_affinity;
 
 /// Why a successful CreateVolume cannot become a PV. Every case is
@@ -145,11 +145,17 @@ pub fn build_pv(
         read_only: read_only.then_some(true),
         fs_type: (!plan.block && !plan.fs_type.is_empty()).then(|| plan.fs_type.clone()),
         volume_attributes: Some(attributes),
-        controller_publish_secret_ref: secrets.controller_publish.as_ref().map(secret_reference),
-        node_stage_secret_ref: secrets.node_stage.as_ref().map(secret_reference),
-        node_publish_secret_ref: secrets.node_publish.as_ref().map(secret_reference),
-        controller_expand_secret_ref: secrets.controller_expand.as_ref().map(secret_reference),
-        node_expand_secret_ref: secrets.node_expand.as_ref().map(secret_reference),
+        controller_publish_secret_ref: secrets
+            .controller_publish
+            .as_ref()
+            .map(SecretReference::from),
+        node_stage_secret_ref: secrets.node_stage.as_ref().map(SecretReference::from),
+        node_publish_secret_ref: secrets.node_publish.as_ref().map(SecretReference::from),
+        controller_expand_secret_ref: secrets
+            .controller_expand
+            .as_ref()
+            .map(SecretReference::from),
+        node_expand_secret_ref: secrets.node_expand.as_ref().map(SecretReference::from),
     };
     let annotations = annotations(class, plan);
 
@@ -225,13 +231,6 @@ fn claim_ref(pvc: &k8s_openapi::api::core::v1::PersistentVolumeClaim) -> ObjectR
         uid: pvc.metadata.uid.clone(),
         resource_version: pvc.metadata.resource_version.clone(),
         field_path: None,
-    }
-}
-
-fn secret_reference(secret: &SecretRef) -> SecretReference {
-    SecretReference {
-        name: Some(secret.name.clone()),
-        namespace: Some(secret.namespace.clone()),
     }
 }
 

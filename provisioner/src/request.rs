@@ -28,8 +28,9 @@ use crate::plan_error::{MissingCapability, PlanError, UnsupportedFeature};
 use crate::secrets::{self, ClaimTokens, SecretKind};
 use crate::topology::{self, RequirementInputs, TopologyError};
 
-pub use crate::secrets::{PvSecretRefs, SecretRef};
+pub use crate::secrets::PvSecretRefs;
 pub use crate::topology::TopologyView;
+use csi_common::secrets::SecretRef;
 
 /// `spec.volumeMode` of raw block claims.
 pub const VOLUME_MODE_BLOCK: &str = "Block";

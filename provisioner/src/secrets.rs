@@ -1,9 +1,11 @@
 //! Secret references from StorageClass parameters: which keys name a secret for which CSI call,
 //! the `${...}` templates they may use, and validation of what they resolve to (spec §3).
 //!
-//! Only references are resolved here. The controller GETs the provisioner secret (its data goes
-//! into CreateVolume/DeleteVolume `secrets`); the others only end up in the PersistentVolume for
-//! the attacher, the kubelet and the resizer to use later.
+//! Only references are resolved here. The controller GETs the provisioner secret with
+//! [`csi_common::secrets::fetch`] (its data goes into CreateVolume/DeleteVolume `secrets`); the
+//! others only end up in the PersistentVolume for the attacher, the kubelet and the resizer to
+//! use later. The templates are the provisioner's own: the other sidecars read finished
+//! references from the PV.
 //!
 //! Templates follow Go's `os.Expand`: `${name}` and `$name` are replaced, unknown names are
 //! collected and reported together (`invalid tokens: ["pvc.uid"]`). A namespace template may use
@@ -14,21 +16,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use csi_common::quote::go_quote;
+use csi_common::secrets::SecretRef;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use thiserror::Error;
 
 use crate::annotations::{ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE, pv_class_name};
 use crate::params;
-
-/// A resolved secret reference.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecretRef {
-    /// Secret name (a DNS-1123 subdomain).
-    pub name: String,
-    /// Secret namespace (a DNS-1123 label).
-    pub namespace: String,
-}
 
 /// The CSI calls a StorageClass can configure a secret for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -37,7 +37,8 @@ use csi_common::status::{self, CreateVolumeFailure, CsiError};
 use super::in_progress::Entry;
 use super::save::{self, PendingVolume};
 use super::stores::TopologyStores;
-use super::{ClaimKey, Context, secrets};
+use super::{ClaimKey, Context};
+use csi_common::secrets;
 
 /// How many DeleteVolume attempts clean up a volume that came back unusable (upstream: 5 within
 /// one `--timeout`).

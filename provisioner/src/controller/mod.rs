@@ -13,7 +13,6 @@
 pub mod claim;
 pub mod in_progress;
 pub mod save;
-pub mod secrets;
 pub mod stores;
 pub mod volume;
 

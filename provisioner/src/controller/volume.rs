@@ -24,8 +24,9 @@ use crate::decide::{VolumeStep, decide_volume, volume_handle};
 use crate::secrets::{DeletionSecretError, deletion_secret};
 use csi_common::events::{EventType, reference};
 
+use super::Context;
 use super::claim::Outcome;
-use super::{Context, secrets};
+use csi_common::secrets;
 
 /// One `volumes` worker.
 pub(crate) async fn worker<D: VolumeDriver>(ctx: Arc<Context<D>>) {
