@@ -32,8 +32,9 @@ use crate::pv::{BuildPvError, build_pv};
 use crate::request::{ProvisionInputs, ProvisionPlan, plan_provision};
 use crate::topology::TopologyView;
 use csi_common::events::{EventType, reference};
-use csi_common::status::{self, CreateVolumeFailure, CsiError};
+use csi_common::status::CsiError;
 
+use super::after_create::{self, AfterCreate, GoneCreate, after_create, after_gone_create};
 use super::in_progress::Entry;
 use super::save::{self, PendingVolume};
 use super::stores::TopologyStores;
@@ -193,18 +194,12 @@ async fn sync_claim<D: VolumeDriver>(
     );
     let result = ctx.driver.create_volume(request).await;
 
-    if live_claim(ctx, key).is_none() {
-        // Deleted while CreateVolume ran: never write a PV for it; clean up instead.
-        return match result {
-            Ok(response) => {
-                remember_volume(ctx, key, &response);
-                sync_gone(ctx, key).await
-            }
-            Err(err) => gone_create_failed(ctx, key, &err),
-        };
-    }
-    match result {
-        Ok(response) => {
+    let now = after_create::Claim {
+        live: live_claim(ctx, key).is_some(),
+        may_reschedule: ctx.settings.topology && selected_node.is_some(),
+    };
+    match after_create(result.as_ref(), now) {
+        AfterCreate::Save(response) => {
             let inputs = ProvisionInputs {
                 pvc: &planned_claim,
                 class: &class,
@@ -215,9 +210,16 @@ async fn sync_claim<D: VolumeDriver>(
                 },
                 cached_requirement: plan.topology.as_ref(),
             };
-            attempt.created(&inputs, &plan, &response).await
+            attempt.created(&inputs, &plan, response).await
         }
-        Err(err) => attempt.create_failed(&err, selected_node.is_some()).await,
+        AfterCreate::Infeasible { message } => attempt.infeasible(&message).await,
+        AfterCreate::Failed { message, state } => attempt.failed(&message, state).await,
+        AfterCreate::Gone(GoneCreate::Created(response)) => {
+            remember_volume(ctx, key, response);
+            sync_gone(ctx, key).await
+        }
+        AfterCreate::Gone(GoneCreate::StillCreating(err)) => still_creating(key, err),
+        AfterCreate::Gone(GoneCreate::NothingCreated(err)) => nothing_created(ctx, key, err),
     }
 }
 
@@ -287,21 +289,6 @@ fn remember_volume<D>(ctx: &Context<D>, key: &ClaimKey, response: &CreateVolumeR
     }
 }
 
-/// The state upstream's `checkError` gives a failed CreateVolume (spec §4.5, classified by
-/// [`status::create_volume_failure`]); InvalidArgument is handled before this as "infeasible".
-/// Only a claim with a selected node under `--feature-gates=Topology=true` can be rescheduled.
-pub(crate) fn create_error_state(
-    err: &CsiError,
-    topology: bool,
-    selected_node: bool,
-) -> ProvisioningState {
-    match status::create_volume_failure(err.code, topology && selected_node) {
-        CreateVolumeFailure::InProgress => ProvisioningState::InBackground,
-        CreateVolumeFailure::Final => ProvisioningState::Finished,
-        CreateVolumeFailure::Reschedule => ProvisioningState::Reschedule,
-    }
-}
-
 /// A claim that is gone from the cache (deleted, being deleted, or re-created under a new UID).
 ///
 /// Beyond upstream (#486, #1469): if it was in progress, the create it started is driven to a
@@ -330,16 +317,18 @@ async fn sync_gone<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> Outcome
         tracing::info!(%claim, volume = %entry.plan.pv_name, "claim deleted while its volume was being created; finishing CreateVolume to clean up");
         let mut request = entry.plan.request.clone();
         request.secrets.clone_from(&secrets);
-        match ctx.driver.create_volume(request).await {
-            Ok(response) => {
-                remember_volume(ctx, key, &response);
+        let result = ctx.driver.create_volume(request).await;
+        match after_gone_create(result.as_ref()) {
+            GoneCreate::Created(response) => {
+                remember_volume(ctx, key, response);
                 let Some(volume_id) = ctx.in_progress.get(&key.uid).and_then(|e| e.volume_id)
                 else {
                     return Outcome::Done;
                 };
                 volume_id
             }
-            Err(err) => return gone_create_failed(ctx, key, &err),
+            GoneCreate::StillCreating(err) => return still_creating(key, err),
+            GoneCreate::NothingCreated(err) => return nothing_created(ctx, key, err),
         }
     };
     let request = DeleteVolumeRequest {
@@ -359,13 +348,14 @@ async fn sync_gone<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> Outcome
     }
 }
 
-/// CreateVolume failed for a claim that is gone: keep trying while the driver may still be
-/// working on it; a final error means no volume exists.
-fn gone_create_failed<D>(ctx: &Context<D>, key: &ClaimKey, err: &CsiError) -> Outcome {
-    if create_error_state(err, false, false) == ProvisioningState::InBackground {
-        tracing::info!(claim = %format_args!("{}/{}", key.namespace, key.name), error = %err, "CreateVolume for a deleted claim still in progress");
-        return Outcome::Retry;
-    }
+/// CreateVolume for a claim that is gone may still be running on the driver: keep trying.
+fn still_creating(key: &ClaimKey, err: &CsiError) -> Outcome {
+    tracing::info!(claim = %format_args!("{}/{}", key.namespace, key.name), error = %err, "CreateVolume for a deleted claim still in progress");
+    Outcome::Retry
+}
+
+/// CreateVolume for a claim that is gone failed finally: no volume exists.
+fn nothing_created<D>(ctx: &Context<D>, key: &ClaimKey, err: &CsiError) -> Outcome {
     tracing::info!(claim = %format_args!("{}/{}", key.namespace, key.name), error = %err, "CreateVolume for a deleted claim failed finally; nothing to clean up");
     ctx.in_progress.remove(&key.uid);
     Outcome::Done
@@ -522,25 +512,18 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
         }
     }
 
-    /// CreateVolume failed with `err`.
-    async fn create_failed(&self, err: &CsiError, selected_node: bool) -> Outcome {
-        if err.code == Some(Code::InvalidArgument) {
-            // Infeasible (spec §4.8): slow retry, no reschedule.
-            let class_uid = self
-                .ctx
-                .stores
-                .class(&claim_class_name(self.claim))
-                .and_then(|c| c.metadata.uid.clone())
-                .unwrap_or_default();
-            self.ctx.infeasible.refuse(&self.key.uid, &class_uid);
-            let message = format!(
-                "Volume provisioning failed with infeasible error. Retries will be delayed. {err}"
-            );
-            self.failed(&message, ProvisioningState::Finished).await;
-            return Outcome::RetryAfter(self.ctx.settings.retry.max);
-        }
-        let state = create_error_state(err, self.ctx.settings.topology, selected_node);
-        self.failed(&err.to_string(), state).await
+    /// CreateVolume refused the claim as infeasible ([`AfterCreate::Infeasible`]): no CSI call
+    /// for this claim and class until the slow retry.
+    async fn infeasible(&self, message: &str) -> Outcome {
+        let class_uid = self
+            .ctx
+            .stores
+            .class(&claim_class_name(self.claim))
+            .and_then(|c| c.metadata.uid.clone())
+            .unwrap_or_default();
+        self.ctx.infeasible.refuse(&self.key.uid, &class_uid);
+        self.failed(message, ProvisioningState::Finished).await;
+        Outcome::RetryAfter(self.ctx.settings.retry.max)
     }
 
     /// CreateVolume succeeded but the volume cannot be used: delete it and try again
@@ -579,46 +562,5 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
             }
         }
         Err(last)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn create_errors_map_to_upstream_states() {
-        use ProvisioningState::{Finished, InBackground, Reschedule};
-        let state = |code: Option<Code>, topology, node| {
-            create_error_state(
-                &CsiError {
-                    code,
-                    message: String::new(),
-                },
-                topology,
-                node,
-            )
-        };
-        assert_eq!(state(None, false, false), InBackground);
-        for code in [
-            Code::Cancelled,
-            Code::DeadlineExceeded,
-            Code::Unavailable,
-            Code::Aborted,
-        ] {
-            assert_eq!(state(Some(code), true, true), InBackground, "{code:?}");
-        }
-        assert_eq!(state(Some(Code::ResourceExhausted), true, true), Reschedule);
-        assert_eq!(state(Some(Code::ResourceExhausted), true, false), Finished);
-        assert_eq!(state(Some(Code::ResourceExhausted), false, true), Finished);
-        for code in [
-            Code::Internal,
-            Code::OutOfRange,
-            Code::NotFound,
-            Code::AlreadyExists,
-            Code::Unknown,
-        ] {
-            assert_eq!(state(Some(code), true, true), Finished, "{code:?}");
-        }
     }
 }

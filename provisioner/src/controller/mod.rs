@@ -10,6 +10,7 @@
 //! `--worker-threads` workers serve `claims` and as many serve `volumes`, so at most that many
 //! CreateVolume and, separately, DeleteVolume calls run at once, as upstream.
 
+mod after_create;
 pub mod claim;
 pub mod in_progress;
 pub mod save;
