@@ -10,7 +10,7 @@ use csi_common::flags::{self, CsiAddressArgs, HttpArgs, LoggingArgs};
 use crate::Config;
 
 /// Default of `--health-port`; upstream compares against it to detect an explicit setting.
-pub const DEFAULT_HEALTH_PORT: &str = "9808";
+pub(crate) const DEFAULT_HEALTH_PORT: &str = "9808";
 
 /// livenessprobe's flags, names and defaults as upstream v2.19 (sidecars.md §4.1).
 #[derive(Debug, Clone, Parser)]
@@ -22,19 +22,19 @@ pub const DEFAULT_HEALTH_PORT: &str = "9808";
 pub struct Args {
     /// Address of the CSI driver socket and the logging flags are shared with other sidecars.
     #[command(flatten)]
-    pub csi: CsiAddressArgs,
+    pub(crate) csi: CsiAddressArgs,
 
     /// Probe timeout in seconds (one /healthz request: connect plus Probe).
     #[arg(long, default_value = "3s", value_parser = flags::go_duration)]
-    pub probe_timeout: Duration,
+    pub(crate) probe_timeout: Duration,
 
     /// TCP port for listening for healthz requests. Deprecated: use --http-endpoint.
     #[arg(long, default_value = DEFAULT_HEALTH_PORT)]
-    pub health_port: String,
+    pub(crate) health_port: String,
 
     /// `--http-endpoint`, `--metrics-address` and `--metrics-path`.
     #[command(flatten)]
-    pub http: HttpArgs,
+    pub(crate) http: HttpArgs,
 
     /// `-v`, `--logging-format`, `--automaxprocs`, ...
     #[command(flatten)]

@@ -27,19 +27,19 @@ use csi_common::status::CsiError;
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The driver socket.
-    pub csi_address: CsiAddress,
+    pub(crate) csi_address: CsiAddress,
     /// Budget of one `/healthz` request: connect plus Probe.
-    pub probe_timeout: Duration,
+    pub(crate) probe_timeout: Duration,
     /// Where `/healthz` is served: `--http-endpoint`, else `:<--health-port>`.
-    pub health_address: String,
+    pub(crate) health_address: String,
     /// Whether metrics share the health server (only with `--http-endpoint`).
-    pub serve_metrics_on_health: bool,
+    pub(crate) serve_metrics_on_health: bool,
     /// The deprecated separate metrics listener (`--metrics-address`).
-    pub metrics_address: Option<String>,
+    pub(crate) metrics_address: Option<String>,
     /// `--metrics-path`.
-    pub metrics_path: String,
+    pub(crate) metrics_path: String,
     /// Log every CSI call with its (secret-stripped) messages (`-v=5`).
-    pub log_grpc_calls: bool,
+    pub(crate) log_grpc_calls: bool,
 }
 
 /// Why livenessprobe stopped.
@@ -168,10 +168,10 @@ struct Prober {
 }
 
 /// The body upstream answers when Probe says `ready: false`.
-pub const NOT_READY: &str = "driver responded but is not ready";
+pub(crate) const NOT_READY: &str = "driver responded but is not ready";
 
 /// The body upstream answers when the probe timeout passed (Go's `context.DeadlineExceeded`).
-pub const DEADLINE_EXCEEDED: &str = "context deadline exceeded";
+pub(crate) const DEADLINE_EXCEEDED: &str = "context deadline exceeded";
 
 impl Prober {
     async fn healthz(&self) -> Response {

@@ -15,7 +15,7 @@ use proto::csi::v1::{CreateVolumeRequest, CreateVolumeResponse, DeleteVolumeRequ
 
 /// The controller RPCs the provisioner calls (external-provisioner's `csi.ControllerClient`
 /// usage narrowed to what this sidecar sends).
-pub trait VolumeDriver: Send + Sync + 'static {
+pub(crate) trait VolumeDriver: Send + Sync + 'static {
     /// CreateVolume; the request carries the secrets (never logged: its `Debug` redacts them).
     fn create_volume(
         &self,
@@ -31,14 +31,14 @@ pub trait VolumeDriver: Send + Sync + 'static {
 
 /// [`VolumeDriver`] over the driver connection, every call bounded by `--timeout`.
 #[derive(Debug, Clone)]
-pub struct TonicDriver {
+pub(crate) struct TonicDriver {
     connection: Connection,
     timeout: Duration,
 }
 
 impl TonicDriver {
     /// Calls go through `connection` (metrics and `-v=5` logging included) with `timeout`.
-    pub fn new(connection: Connection, timeout: Duration) -> Self {
+    pub(crate) fn new(connection: Connection, timeout: Duration) -> Self {
         Self {
             connection,
             timeout,

@@ -24,7 +24,7 @@ const RECLAIM_RECYCLE: &str = "Recycle";
 
 /// What to do with a claim.
 #[derive(Debug)]
-pub enum ClaimStep {
+pub(crate) enum ClaimStep {
     /// Not ours, already bound, or its class names another provisioner: nothing to do, no Event.
     Ignore,
     /// WaitForFirstConsumer class and the scheduler has not picked a node yet.
@@ -46,7 +46,7 @@ pub enum ClaimStep {
 /// alone does not make a claim ours: the lib still needs the storage-provisioner annotation to
 /// name a provisioner it knows, and this provisioner knows no in-tree names. Phase and
 /// deletionTimestamp are not looked at (upstream does not either).
-pub fn decide_claim(
+pub(crate) fn decide_claim(
     driver_name: &str,
     pvc: &PersistentVolumeClaim,
     class: Option<&StorageClass>,
@@ -92,7 +92,7 @@ pub fn decide_claim(
 
 /// The claim's selected node: the GA annotation, else the alpha one; an empty value counts as
 /// none.
-pub fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
+pub(crate) fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
     let annotations = pvc.metadata.annotations.as_ref()?;
     annotations
         .get(ANN_SELECTED_NODE)
@@ -103,7 +103,7 @@ pub fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
 
 /// What to do with a PersistentVolume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VolumeStep {
+pub(crate) enum VolumeStep {
     /// Another provisioner's (or a non-CSI static) volume.
     Ignore,
     /// Ours, Bound, reclaim policy Delete, not being deleted, no finalizer yet: add
@@ -126,7 +126,7 @@ pub enum VolumeStep {
 /// name the driver; without it (a statically created PV), `spec.csi.driver` must, or
 /// `migrated-to`. A finalizer change is returned before any deletion decision: the controller
 /// patches and sees the volume again. Retain and Recycle volumes never reach the driver.
-pub fn decide_volume(driver_name: &str, pv: &PersistentVolume) -> VolumeStep {
+pub(crate) fn decide_volume(driver_name: &str, pv: &PersistentVolume) -> VolumeStep {
     if !is_ours(driver_name, pv) {
         return VolumeStep::Ignore;
     }
@@ -171,7 +171,7 @@ fn is_ours(driver_name: &str, pv: &PersistentVolume) -> bool {
 }
 
 /// The CSI volume id to delete: `spec.csi.volumeHandle` ("invalid CSI PV" without `spec.csi`).
-pub fn volume_handle(pv: &PersistentVolume) -> Result<&str, PlanError> {
+pub(crate) fn volume_handle(pv: &PersistentVolume) -> Result<&str, PlanError> {
     pv.spec
         .as_ref()
         .and_then(|s| s.csi.as_ref())

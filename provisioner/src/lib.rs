@@ -7,19 +7,19 @@
 //! ready, learn its name and capabilities, serve diagnostics, optionally win the Lease, then run
 //! the claim and volume controllers until shutdown, a lost driver connection or a lost Lease.
 
-pub mod annotations;
+mod annotations;
 pub mod args;
-pub mod controller;
-pub mod csi;
-pub mod decide;
-pub mod metrics;
-pub mod naming;
-pub mod params;
-pub mod plan_error;
-pub mod pv;
-pub mod request;
-pub mod secrets;
-pub mod topology;
+mod controller;
+mod csi;
+mod decide;
+mod metrics;
+mod naming;
+mod params;
+mod plan_error;
+mod pv;
+mod request;
+mod secrets;
+mod topology;
 
 use std::future::Future;
 use std::path::PathBuf;

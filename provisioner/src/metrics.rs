@@ -12,10 +12,10 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 /// Registration failed: a family was registered twice (a programming error).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot register provisioner metrics")]
-pub struct Error(#[source] prometheus::Error);
+pub(crate) struct Error(#[source] prometheus::Error);
 
 /// Result type of this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Prometheus' default buckets (client_golang `DefBuckets`), used by the lib's histograms.
 const DEFAULT_BUCKETS: [f64; 11] = [
@@ -24,7 +24,7 @@ const DEFAULT_BUCKETS: [f64; 11] = [
 
 /// The `controller_*` families of sig-storage-lib-external-provisioner.
 #[derive(Clone, Debug)]
-pub struct ControllerMetrics {
+pub(crate) struct ControllerMetrics {
     provision_total: IntCounterVec,
     provision_failed_total: IntCounterVec,
     provision_duration: HistogramVec,
@@ -38,7 +38,7 @@ impl ControllerMetrics {
     ///
     /// # Errors
     /// If a family of the same name is already registered.
-    pub fn register(registry: &Registry) -> Result<Self> {
+    pub(crate) fn register(registry: &Registry) -> Result<Self> {
         let counter = |name: &str, help: &str, labels: &[&str]| {
             IntCounterVec::new(Opts::new(name, help), labels).map_err(Error)
         };
@@ -95,7 +95,7 @@ impl ControllerMetrics {
     }
 
     /// One successful provisioning attempt that took `elapsed`.
-    pub fn provisioned(&self, class: &str, source: &str, elapsed: Duration) {
+    pub(crate) fn provisioned(&self, class: &str, source: &str, elapsed: Duration) {
         self.provision_total
             .with_label_values(&[class, source])
             .inc();
@@ -105,14 +105,14 @@ impl ControllerMetrics {
     }
 
     /// One failed provisioning attempt (upstream counts every attempt that returned an error).
-    pub fn provision_failed(&self, class: &str, source: &str) {
+    pub(crate) fn provision_failed(&self, class: &str, source: &str) {
         self.provision_failed_total
             .with_label_values(&[class, source])
             .inc();
     }
 
     /// One successful deletion that took `elapsed`.
-    pub fn deleted(&self, class: &str, elapsed: Duration) {
+    pub(crate) fn deleted(&self, class: &str, elapsed: Duration) {
         self.delete_total.with_label_values(&[class]).inc();
         self.delete_duration
             .with_label_values(&[class])
@@ -120,7 +120,7 @@ impl ControllerMetrics {
     }
 
     /// One failed deletion attempt.
-    pub fn delete_failed(&self, class: &str) {
+    pub(crate) fn delete_failed(&self, class: &str) {
         self.delete_failed_total.with_label_values(&[class]).inc();
     }
 }

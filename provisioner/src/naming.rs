@@ -12,7 +12,11 @@ use crate::plan_error::PlanError;
 /// Upstream slices without a bounds check and panics on the first claim for a length above the
 /// UID's 32 hex characters or below -1; here those are errors. Zero is refused too: upstream
 /// would produce `pvc-`, a name kube-apiserver rejects only after the volume was created.
-pub fn volume_name(prefix: &str, pvc_uid: &str, uuid_length: i64) -> Result<String, PlanError> {
+pub(crate) fn volume_name(
+    prefix: &str,
+    pvc_uid: &str,
+    uuid_length: i64,
+) -> Result<String, PlanError> {
     if prefix.is_empty() {
         return Err(PlanError::EmptyVolumeNamePrefix);
     }

@@ -14,82 +14,89 @@ use std::hash::BuildHasher;
 use thiserror::Error;
 
 /// The reserved prefix of StorageClass parameters meant for the provisioner.
-pub const CSI_PARAMETER_PREFIX: &str = "csi.storage.k8s.io/";
+pub(crate) const CSI_PARAMETER_PREFIX: &str = "csi.storage.k8s.io/";
 /// fsType of mount volumes.
-pub const PREFIXED_FSTYPE_KEY: &str = "csi.storage.k8s.io/fstype";
+pub(crate) const PREFIXED_FSTYPE_KEY: &str = "csi.storage.k8s.io/fstype";
 /// Deprecated fsType key, matched case-insensitively.
-pub const DEPRECATED_FSTYPE_KEY: &str = "fstype";
+pub(crate) const DEPRECATED_FSTYPE_KEY: &str = "fstype";
 /// Default secret name for every kind without its own keys.
-pub const PREFIXED_DEFAULT_SECRET_NAME_KEY: &str = "csi.storage.k8s.io/secret-name";
+pub(crate) const PREFIXED_DEFAULT_SECRET_NAME_KEY: &str = "csi.storage.k8s.io/secret-name";
 /// Default secret namespace.
-pub const PREFIXED_DEFAULT_SECRET_NAMESPACE_KEY: &str = "csi.storage.k8s.io/secret-namespace";
+pub(crate) const PREFIXED_DEFAULT_SECRET_NAMESPACE_KEY: &str =
+    "csi.storage.k8s.io/secret-namespace";
 /// Secret for CreateVolume/DeleteVolume.
-pub const PREFIXED_PROVISIONER_SECRET_NAME_KEY: &str = "csi.storage.k8s.io/provisioner-secret-name";
+pub(crate) const PREFIXED_PROVISIONER_SECRET_NAME_KEY: &str =
+    "csi.storage.k8s.io/provisioner-secret-name";
 /// Namespace of the provisioner secret.
-pub const PREFIXED_PROVISIONER_SECRET_NAMESPACE_KEY: &str =
+pub(crate) const PREFIXED_PROVISIONER_SECRET_NAMESPACE_KEY: &str =
     "csi.storage.k8s.io/provisioner-secret-namespace";
 /// Secret for ControllerPublishVolume (PV `controllerPublishSecretRef`).
-pub const PREFIXED_CONTROLLER_PUBLISH_SECRET_NAME_KEY: &str =
+pub(crate) const PREFIXED_CONTROLLER_PUBLISH_SECRET_NAME_KEY: &str =
     "csi.storage.k8s.io/controller-publish-secret-name";
 /// Namespace of the controller-publish secret.
-pub const PREFIXED_CONTROLLER_PUBLISH_SECRET_NAMESPACE_KEY: &str =
+pub(crate) const PREFIXED_CONTROLLER_PUBLISH_SECRET_NAMESPACE_KEY: &str =
     "csi.storage.k8s.io/controller-publish-secret-namespace";
 /// Secret for NodeStageVolume (PV `nodeStageSecretRef`).
-pub const PREFIXED_NODE_STAGE_SECRET_NAME_KEY: &str = "csi.storage.k8s.io/node-stage-secret-name";
+pub(crate) const PREFIXED_NODE_STAGE_SECRET_NAME_KEY: &str =
+    "csi.storage.k8s.io/node-stage-secret-name";
 /// Namespace of the node-stage secret.
-pub const PREFIXED_NODE_STAGE_SECRET_NAMESPACE_KEY: &str =
+pub(crate) const PREFIXED_NODE_STAGE_SECRET_NAMESPACE_KEY: &str =
     "csi.storage.k8s.io/node-stage-secret-namespace";
 /// Secret for NodePublishVolume (PV `nodePublishSecretRef`).
-pub const PREFIXED_NODE_PUBLISH_SECRET_NAME_KEY: &str =
+pub(crate) const PREFIXED_NODE_PUBLISH_SECRET_NAME_KEY: &str =
     "csi.storage.k8s.io/node-publish-secret-name";
 /// Namespace of the node-publish secret.
-pub const PREFIXED_NODE_PUBLISH_SECRET_NAMESPACE_KEY: &str =
+pub(crate) const PREFIXED_NODE_PUBLISH_SECRET_NAMESPACE_KEY: &str =
     "csi.storage.k8s.io/node-publish-secret-namespace";
 /// Secret for ControllerExpandVolume (PV `controllerExpandSecretRef`).
-pub const PREFIXED_CONTROLLER_EXPAND_SECRET_NAME_KEY: &str =
+pub(crate) const PREFIXED_CONTROLLER_EXPAND_SECRET_NAME_KEY: &str =
     "csi.storage.k8s.io/controller-expand-secret-name";
 /// Namespace of the controller-expand secret.
-pub const PREFIXED_CONTROLLER_EXPAND_SECRET_NAMESPACE_KEY: &str =
+pub(crate) const PREFIXED_CONTROLLER_EXPAND_SECRET_NAMESPACE_KEY: &str =
     "csi.storage.k8s.io/controller-expand-secret-namespace";
 /// Secret for NodeExpandVolume (PV `nodeExpandSecretRef`).
-pub const PREFIXED_NODE_EXPAND_SECRET_NAME_KEY: &str = "csi.storage.k8s.io/node-expand-secret-name";
+pub(crate) const PREFIXED_NODE_EXPAND_SECRET_NAME_KEY: &str =
+    "csi.storage.k8s.io/node-expand-secret-name";
 /// Namespace of the node-expand secret.
-pub const PREFIXED_NODE_EXPAND_SECRET_NAMESPACE_KEY: &str =
+pub(crate) const PREFIXED_NODE_EXPAND_SECRET_NAMESPACE_KEY: &str =
     "csi.storage.k8s.io/node-expand-secret-namespace";
 /// Secret for ControllerModifyVolume (PV annotations, read by external-resizer).
-pub const PREFIXED_CONTROLLER_MODIFY_SECRET_NAME_KEY: &str =
+pub(crate) const PREFIXED_CONTROLLER_MODIFY_SECRET_NAME_KEY: &str =
     "csi.storage.k8s.io/controller-modify-secret-name";
 /// Namespace of the controller-modify secret.
-pub const PREFIXED_CONTROLLER_MODIFY_SECRET_NAMESPACE_KEY: &str =
+pub(crate) const PREFIXED_CONTROLLER_MODIFY_SECRET_NAMESPACE_KEY: &str =
     "csi.storage.k8s.io/controller-modify-secret-namespace";
 
 /// Deprecated provisioner secret name key (honoured, not stripped).
-pub const DEPRECATED_PROVISIONER_SECRET_NAME_KEY: &str = "csiProvisionerSecretName";
+pub(crate) const DEPRECATED_PROVISIONER_SECRET_NAME_KEY: &str = "csiProvisionerSecretName";
 /// Deprecated provisioner secret namespace key.
-pub const DEPRECATED_PROVISIONER_SECRET_NAMESPACE_KEY: &str = "csiProvisionerSecretNamespace";
+pub(crate) const DEPRECATED_PROVISIONER_SECRET_NAMESPACE_KEY: &str =
+    "csiProvisionerSecretNamespace";
 /// Deprecated controller-publish secret name key.
-pub const DEPRECATED_CONTROLLER_PUBLISH_SECRET_NAME_KEY: &str = "csiControllerPublishSecretName";
+pub(crate) const DEPRECATED_CONTROLLER_PUBLISH_SECRET_NAME_KEY: &str =
+    "csiControllerPublishSecretName";
 /// Deprecated controller-publish secret namespace key.
-pub const DEPRECATED_CONTROLLER_PUBLISH_SECRET_NAMESPACE_KEY: &str =
+pub(crate) const DEPRECATED_CONTROLLER_PUBLISH_SECRET_NAMESPACE_KEY: &str =
     "csiControllerPublishSecretNamespace";
 /// Deprecated node-stage secret name key.
-pub const DEPRECATED_NODE_STAGE_SECRET_NAME_KEY: &str = "csiNodeStageSecretName";
+pub(crate) const DEPRECATED_NODE_STAGE_SECRET_NAME_KEY: &str = "csiNodeStageSecretName";
 /// Deprecated node-stage secret namespace key.
-pub const DEPRECATED_NODE_STAGE_SECRET_NAMESPACE_KEY: &str = "csiNodeStageSecretNamespace";
+pub(crate) const DEPRECATED_NODE_STAGE_SECRET_NAMESPACE_KEY: &str = "csiNodeStageSecretNamespace";
 /// Deprecated node-publish secret name key.
-pub const DEPRECATED_NODE_PUBLISH_SECRET_NAME_KEY: &str = "csiNodePublishSecretName";
+pub(crate) const DEPRECATED_NODE_PUBLISH_SECRET_NAME_KEY: &str = "csiNodePublishSecretName";
 /// Deprecated node-publish secret namespace key.
-pub const DEPRECATED_NODE_PUBLISH_SECRET_NAMESPACE_KEY: &str = "csiNodePublishSecretNamespace";
+pub(crate) const DEPRECATED_NODE_PUBLISH_SECRET_NAMESPACE_KEY: &str =
+    "csiNodePublishSecretNamespace";
 
 /// `--extra-create-metadata`: the claim's name.
-pub const PVC_NAME_KEY: &str = "csi.storage.k8s.io/pvc/name";
+pub(crate) const PVC_NAME_KEY: &str = "csi.storage.k8s.io/pvc/name";
 /// `--extra-create-metadata`: the claim's namespace.
-pub const PVC_NAMESPACE_KEY: &str = "csi.storage.k8s.io/pvc/namespace";
+pub(crate) const PVC_NAMESPACE_KEY: &str = "csi.storage.k8s.io/pvc/namespace";
 /// `--extra-create-metadata`: the PV (and CSI volume) name.
-pub const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
+pub(crate) const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
 
 /// The 17 reserved keys the provisioner consumes and strips before CreateVolume.
-pub const RESERVED_KEYS: [&str; 17] = [
+pub(crate) const RESERVED_KEYS: [&str; 17] = [
     PREFIXED_FSTYPE_KEY,
     PREFIXED_DEFAULT_SECRET_NAME_KEY,
     PREFIXED_DEFAULT_SECRET_NAMESPACE_KEY,
@@ -111,7 +118,7 @@ pub const RESERVED_KEYS: [&str; 17] = [
 
 /// A StorageClass parameter problem (upstream's texts).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum ParamError {
+pub(crate) enum ParamError {
     /// More than one fsType key (deprecated spellings in any case, or deprecated + prefixed).
     #[error(
         r#"fstype specified in parameters with both "fstype" and "csi.storage.k8s.io/fstype" keys"#
@@ -129,7 +136,7 @@ pub enum ParamError {
 /// `--default-fstype`, else empty (no fsType sent).
 ///
 /// An empty value under the key counts as "not set" and falls back to the default, as upstream.
-pub fn fs_type(
+pub(crate) fn fs_type(
     params: &BTreeMap<String, String>,
     default_fstype: &str,
 ) -> Result<String, ParamError> {
@@ -156,7 +163,7 @@ fn is_deprecated_fstype_key(key: &str) -> bool {
 ///
 /// Keys are checked in sorted order, so the error names the same key every time (Go's map order
 /// is random).
-pub fn strip_reserved(
+pub(crate) fn strip_reserved(
     params: &BTreeMap<String, String>,
 ) -> Result<HashMap<String, String>, ParamError> {
     let mut out = HashMap::with_capacity(params.len());
@@ -173,7 +180,7 @@ pub fn strip_reserved(
 }
 
 /// Adds the `--extra-create-metadata` keys (after stripping, so users cannot forge them).
-pub fn add_extra_create_metadata<S: BuildHasher>(
+pub(crate) fn add_extra_create_metadata<S: BuildHasher>(
     parameters: &mut HashMap<String, String, S>,
     pvc_name: &str,
     pvc_namespace: &str,
@@ -185,7 +192,7 @@ pub fn add_extra_create_metadata<S: BuildHasher>(
 }
 
 /// The warning upstream logs for a deprecated key (`deprecationWarning`).
-pub fn deprecation_warning(deprecated: &str, replacement: &str) -> String {
+pub(crate) fn deprecation_warning(deprecated: &str, replacement: &str) -> String {
     format!(
         r#""{deprecated}" is deprecated and will be removed in a future release, please use "{replacement}" instead"#
     )
@@ -193,7 +200,7 @@ pub fn deprecation_warning(deprecated: &str, replacement: &str) -> String {
 
 /// One warning per deprecated key the class uses, for the controller to log (upstream logs them
 /// at warning level while resolving fsType and secrets).
-pub fn deprecated_key_warnings(params: &BTreeMap<String, String>) -> Vec<String> {
+pub(crate) fn deprecated_key_warnings(params: &BTreeMap<String, String>) -> Vec<String> {
     const SECRET_KEYS: [(&str, &str); 8] = [
         (
             DEPRECATED_PROVISIONER_SECRET_NAME_KEY,

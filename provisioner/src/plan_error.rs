@@ -19,7 +19,7 @@ use crate::topology::TopologyError;
 /// Where provisioning stands after an attempt (sig-storage-lib-external-provisioner
 /// `ProvisioningState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProvisioningState {
+pub(crate) enum ProvisioningState {
     /// The driver is certainly not working on the volume: record the error and retry later from
     /// scratch.
     Finished,
@@ -35,7 +35,7 @@ pub enum ProvisioningState {
 
 /// A controller capability the claim needs but the driver does not report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MissingCapability {
+pub(crate) enum MissingCapability {
     /// Plugin `CONTROLLER_SERVICE`.
     ControllerService,
     /// Controller `CREATE_DELETE_VOLUME`.
@@ -74,7 +74,7 @@ impl MissingCapability {
 /// A claim feature upstream supports that this provisioner does not implement yet. Claims that
 /// need one fail loudly instead of getting a volume that silently lacks the feature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnsupportedFeature {
+pub(crate) enum UnsupportedFeature {
     /// `dataSource`/`dataSourceRef` of kind PersistentVolumeClaim.
     Clone,
     /// `dataSource`/`dataSourceRef` of kind VolumeSnapshot.
@@ -101,7 +101,7 @@ impl UnsupportedFeature {
 
 /// Why no CreateVolume request can be planned for a claim.
 #[derive(Debug, Error)]
-pub enum PlanError {
+pub(crate) enum PlanError {
     /// The claim's StorageClass is not in the cache. Upstream fails before Provision: retry, no
     /// Event.
     #[error("storageclass.storage.k8s.io {} not found", go_quote(.name))]
@@ -206,12 +206,12 @@ pub enum PlanError {
 }
 
 /// Message of the Normal `Provisioning` Event upstream sends for [`PlanError::ExternalPopulator`].
-pub const POPULATOR_EVENT_MESSAGE: &str =
+pub(crate) const POPULATOR_EVENT_MESSAGE: &str =
     "Assuming an external populator will provision the volume";
 
 impl PlanError {
     /// The state upstream's `Provision` returns with this error (spec §4.3, §4.7).
-    pub fn state(&self) -> ProvisioningState {
+    pub(crate) fn state(&self) -> ProvisioningState {
         match self {
             // Failures of the request's own inputs: nothing reached the driver and nothing will
             // until someone edits the claim or class.
@@ -240,42 +240,13 @@ impl PlanError {
         }
     }
 
-    /// Whether retrying with the same objects cannot help: the claim, its class or the
-    /// provisioner's configuration must change first. `false` for conditions that can clear up
-    /// by themselves (a class or CSINode that appears, node labels that get written). The
-    /// controller still retries final errors with backoff, as upstream does, because objects do
-    /// get fixed.
-    pub fn is_final(&self) -> bool {
-        match self {
-            Self::StorageClassNotFound { .. }
-            | Self::Topology(_)
-            | Self::SelectedCsiNodeNotFound { .. } => false,
-            Self::DataSourceRefNamespace
-            | Self::DataSourceNameEmpty { .. }
-            | Self::SnapshotApiGroup { .. }
-            | Self::ExternalPopulator { .. }
-            | Self::MissingCapability(_)
-            | Self::NotSupported(_)
-            | Self::SelectorNotSupported
-            | Self::EmptyVolumeNamePrefix
-            | Self::MissingUid
-            | Self::UuidLengthOutOfRange { .. }
-            | Self::FsType(_)
-            | Self::StorageRequest { .. }
-            | Self::AccessMode(_)
-            | Self::Secret(_)
-            | Self::StripParameters(_)
-            | Self::InvalidCsiPv => true,
-        }
-    }
-
     /// Whether the claim is left alone after the `ProvisioningFailed` Event until it changes,
     /// instead of being retried with backoff. Only for features this provisioner does not
     /// implement: no amount of retrying makes them supported, and docs/compatibility.md calls
     /// the refusal final, so a backoff retry would only repeat the Event (six a minute at first
     /// with the default backoff). Upstream retries every other failure, final or not, because
     /// the objects involved do get fixed.
-    pub fn waits_for_change(&self) -> bool {
+    pub(crate) fn waits_for_change(&self) -> bool {
         match self {
             Self::NotSupported(_) => true,
             Self::StorageClassNotFound { .. }
@@ -301,20 +272,20 @@ impl PlanError {
 
     /// Upstream's `IgnoredError`: stop working on the claim without a `ProvisioningFailed`
     /// Event and without a retry (the claim is picked up again when it changes).
-    pub fn is_ignored(&self) -> bool {
+    pub(crate) fn is_ignored(&self) -> bool {
         matches!(self, Self::ExternalPopulator { .. })
     }
 
     /// Whether upstream reports this failure as a Warning `ProvisioningFailed` Event on the
     /// claim. Not for ignored claims, and not for a missing StorageClass, which the lib detects
     /// before it starts provisioning (it only logs and retries).
-    pub fn emits_event(&self) -> bool {
+    pub(crate) fn emits_event(&self) -> bool {
         !self.is_ignored() && !matches!(self, Self::StorageClassNotFound { .. })
     }
 
     /// The full text Go prints for this error: the message and every cause, joined with
     /// `": "`. Use it for the `ProvisioningFailed` Event and the log line.
-    pub fn event_message(&self) -> String {
+    pub(crate) fn event_message(&self) -> String {
         csi_common::logging::error_chain(self)
     }
 }
@@ -429,7 +400,6 @@ mod tests {
         ] {
             let err = PlanError::NotSupported(feature);
             assert!(err.event_message().contains("not supported yet"), "{err}");
-            assert!(err.is_final());
             assert!(err.waits_for_change(), "{err}");
             assert_eq!(err.state(), ProvisioningState::Finished);
             assert!(err.emits_event());
@@ -438,12 +408,11 @@ mod tests {
 
     #[test]
     fn states_follow_upstream_provision() {
-        let cases: Vec<(PlanError, ProvisioningState, bool, bool, bool)> = vec![
-            // (error, state, final, ignored, event)
+        let cases: Vec<(PlanError, ProvisioningState, bool, bool)> = vec![
+            // (error, state, ignored, event)
             (
                 PlanError::SelectorNotSupported,
                 ProvisioningState::Finished,
-                true,
                 false,
                 true,
             ),
@@ -451,13 +420,11 @@ mod tests {
                 PlanError::SelectedCsiNodeNotFound { node: "n".into() },
                 ProvisioningState::Reschedule,
                 false,
-                false,
                 true,
             ),
             (
                 PlanError::Topology(TopologyError::NoAvailableTopology),
                 ProvisioningState::NoChange,
-                false,
                 false,
                 true,
             ),
@@ -466,30 +433,26 @@ mod tests {
                 ProvisioningState::NoChange,
                 false,
                 false,
-                false,
             ),
             (
                 PlanError::ExternalPopulator { kind: "X".into() },
                 ProvisioningState::Finished,
-                true,
                 true,
                 false,
             ),
             (
                 PlanError::StripParameters(ParamError::FsTypeConflict),
                 ProvisioningState::Finished,
-                true,
                 false,
                 true,
             ),
         ];
-        for (err, state, is_final, ignored, event) in cases {
+        for (err, state, ignored, event) in cases {
             assert!(
                 !err.waits_for_change(),
                 "{err}: retried with backoff, as upstream"
             );
             assert_eq!(err.state(), state, "{err}");
-            assert_eq!(err.is_final(), is_final, "{err}");
             assert_eq!(err.is_ignored(), ignored, "{err}");
             assert_eq!(err.emits_event(), event, "{err}");
         }

@@ -33,7 +33,7 @@ use crate::topology::node_affinity;
 /// [`ProvisioningState::InBackground`]: CreateVolume is repeated (with the same name, so the
 /// driver returns the same volume or a corrected one).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum BuildPvError {
+pub(crate) enum BuildPvError {
     /// The response has no `volume` (upstream would crash on it).
     #[error("CreateVolume response has no volume")]
     NoVolume,
@@ -61,12 +61,16 @@ pub enum BuildPvError {
 
 impl BuildPvError {
     /// Always [`ProvisioningState::InBackground`] (see the type's documentation).
-    pub fn state(&self) -> ProvisioningState {
+    #[expect(
+        clippy::unused_self,
+        reason = "asked like every other failure's state(); this type has one answer"
+    )]
+    pub(crate) fn state(&self) -> ProvisioningState {
         ProvisioningState::InBackground
     }
 
     /// The volume the controller must DeleteVolume before retrying, if any.
-    pub fn cleanup_volume_id(&self) -> Option<&str> {
+    pub(crate) fn cleanup_volume_id(&self) -> Option<&str> {
         match self {
             Self::CapacityTooSmall { volume_id, .. } | Self::ContentSourceMissing { volume_id } => {
                 Some(volume_id)
@@ -76,7 +80,7 @@ impl BuildPvError {
     }
 
     /// Upstream's event text when that DeleteVolume failed too: the volume is orphaned.
-    pub fn with_cleanup_failure(&self, pv_name: &str, cleanup_error: &str) -> String {
+    pub(crate) fn with_cleanup_failure(&self, pv_name: &str, cleanup_error: &str) -> String {
         // Upstream spells "Cleanup" in capitals for the capacity case only.
         let cleanup = match self {
             Self::ContentSourceMissing { .. } => "cleanup",
@@ -87,7 +91,7 @@ impl BuildPvError {
 }
 
 /// Builds the PersistentVolume for a successful CreateVolume.
-pub fn build_pv(
+pub(crate) fn build_pv(
     opts: &ProvisionOptions,
     inputs: &ProvisionInputs<'_>,
     plan: &ProvisionPlan,

@@ -28,14 +28,14 @@ use crate::plan_error::{MissingCapability, PlanError, UnsupportedFeature};
 use crate::secrets::{self, ClaimTokens, SecretKind};
 use crate::topology::{self, RequirementInputs, TopologyError};
 
-pub use crate::secrets::PvSecretRefs;
-pub use crate::topology::TopologyView;
+pub(crate) use crate::secrets::PvSecretRefs;
+pub(crate) use crate::topology::TopologyView;
 use csi_common::secrets::SecretRef;
 
 /// `spec.volumeMode` of raw block claims.
-pub const VOLUME_MODE_BLOCK: &str = "Block";
+pub(crate) const VOLUME_MODE_BLOCK: &str = "Block";
 /// The resource name of a claim's size request.
-pub const RESOURCE_STORAGE: &str = "storage";
+pub(crate) const RESOURCE_STORAGE: &str = "storage";
 const SNAPSHOT_KIND: &str = "VolumeSnapshot";
 const SNAPSHOT_API_GROUP: &str = "snapshot.storage.k8s.io";
 const PVC_KIND: &str = "PersistentVolumeClaim";
@@ -47,87 +47,87 @@ const PVC_KIND: &str = "PersistentVolumeClaim";
     reason = "one field per upstream boolean flag, named like the flag"
 )]
 #[derive(Debug, Clone)]
-pub struct ProvisionOptions {
+pub(crate) struct ProvisionOptions {
     /// The driver's name (GetPluginInfo).
-    pub driver_name: String,
+    pub(crate) driver_name: String,
     /// `--volume-name-prefix`.
-    pub volume_name_prefix: String,
+    pub(crate) volume_name_prefix: String,
     /// `--volume-name-uuid-length` (-1 = whole UID).
-    pub volume_name_uuid_length: i64,
+    pub(crate) volume_name_uuid_length: i64,
     /// `--default-fstype`.
-    pub default_fstype: String,
+    pub(crate) default_fstype: String,
     /// `--extra-create-metadata`.
-    pub extra_create_metadata: bool,
+    pub(crate) extra_create_metadata: bool,
     /// `--strict-topology`.
-    pub strict_topology: bool,
+    pub(crate) strict_topology: bool,
     /// `--immediate-topology`.
-    pub immediate_topology: bool,
+    pub(crate) immediate_topology: bool,
     /// `--controller-publish-readonly`.
-    pub controller_publish_readonly: bool,
+    pub(crate) controller_publish_readonly: bool,
     /// `<unix-millis>-<rand 0..9999>-<driver>`, generated once per process, written into every
     /// PV's volume attributes.
-    pub provisioner_identity: String,
+    pub(crate) provisioner_identity: String,
     /// GetPluginCapabilities.
-    pub plugin_caps: PluginCapabilities,
+    pub(crate) plugin_caps: PluginCapabilities,
     /// ControllerGetCapabilities.
-    pub controller_caps: ControllerCapabilities,
+    pub(crate) controller_caps: ControllerCapabilities,
 }
 
 impl ProvisionOptions {
     /// Whether the driver takes accessibility requirements and reports accessible topology
     /// (VOLUME_ACCESSIBILITY_CONSTRAINTS; the Topology feature gate is GA and always on).
-    pub fn supports_topology(&self) -> bool {
+    pub(crate) fn supports_topology(&self) -> bool {
         self.plugin_caps.has_volume_accessibility_constraints()
     }
 }
 
 /// One claim to plan for.
 #[derive(Debug, Clone, Copy)]
-pub struct ProvisionInputs<'a> {
+pub(crate) struct ProvisionInputs<'a> {
     /// The claim (possibly a stored copy of a claim deleted meanwhile).
-    pub pvc: &'a PersistentVolumeClaim,
+    pub(crate) pvc: &'a PersistentVolumeClaim,
     /// Its StorageClass.
-    pub class: &'a StorageClass,
+    pub(crate) class: &'a StorageClass,
     /// From [`crate::decide::ClaimStep::Provision`].
-    pub selected_node: Option<&'a str>,
+    pub(crate) selected_node: Option<&'a str>,
     /// Nodes and CSINodes. Only read when the driver supports topology and no requirement is
     /// cached.
-    pub topology: TopologyView<'a>,
+    pub(crate) topology: TopologyView<'a>,
     /// The requirement an earlier attempt for this claim UID sent (the controller keeps it from
     /// [`ProvisionPlan::topology`] until the claim succeeds, fails finally or is rescheduled),
     /// so that a retried CreateVolume is identical even if nodes changed meanwhile (upstream
     /// #1413/#1465).
-    pub cached_requirement: Option<&'a TopologyRequirement>,
+    pub(crate) cached_requirement: Option<&'a TopologyRequirement>,
 }
 
 /// A planned CreateVolume and what the PV will need from it.
 #[derive(Debug, Clone)]
-pub struct ProvisionPlan {
+pub(crate) struct ProvisionPlan {
     /// PV name = CSI volume name.
-    pub pv_name: String,
+    pub(crate) pv_name: String,
     /// The request, with `secrets` still empty: the controller fetches
     /// [`ProvisionPlan::provisioner_secret`] and fills them.
-    pub request: CreateVolumeRequest,
+    pub(crate) request: CreateVolumeRequest,
     /// The secret whose data goes into CreateVolume/DeleteVolume `secrets`, also recorded in the
     /// PV's deletion-secret annotations.
-    pub provisioner_secret: Option<SecretRef>,
+    pub(crate) provisioner_secret: Option<SecretRef>,
     /// The references written into the PV.
-    pub pv_secrets: PvSecretRefs,
+    pub(crate) pv_secrets: PvSecretRefs,
     /// `request.accessibility_requirements` again, for the controller's per-claim cache.
-    pub topology: Option<TopologyRequirement>,
+    pub(crate) topology: Option<TopologyRequirement>,
     /// `request.capacity_range.required_bytes`.
-    pub requested_bytes: i64,
+    pub(crate) requested_bytes: i64,
     /// The resolved fsType ("" = none).
-    pub fs_type: String,
+    pub(crate) fs_type: String,
     /// `spec.volumeMode: Block`.
-    pub block: bool,
+    pub(crate) block: bool,
     /// Deprecation warnings for the controller to log (upstream logs them on every attempt).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Plans the CreateVolume call for a claim that [`crate::decide::decide_claim`] said to
 /// provision.
-pub fn plan_provision(
+pub(crate) fn plan_provision(
     opts: &ProvisionOptions,
     inputs: &ProvisionInputs<'_>,
 ) -> Result<ProvisionPlan, PlanError> {
@@ -205,7 +205,7 @@ pub fn plan_provision(
 }
 
 /// `resources.requests.storage` in bytes, rounded up; 0 when the claim asks for no size.
-pub fn requested_bytes(pvc: &PersistentVolumeClaim) -> Result<i64, PlanError> {
+pub(crate) fn requested_bytes(pvc: &PersistentVolumeClaim) -> Result<i64, PlanError> {
     let request = pvc
         .spec
         .as_ref()

@@ -26,7 +26,7 @@ use crate::params;
 
 /// The CSI calls a StorageClass can configure a secret for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SecretKind {
+pub(crate) enum SecretKind {
     /// CreateVolume / DeleteVolume.
     Provisioner,
     /// ControllerPublishVolume / ControllerUnpublishVolume (attacher).
@@ -64,7 +64,8 @@ const DEFAULT_KEYS: SecretKeys = SecretKeys {
 
 impl SecretKind {
     /// Every kind, in the order upstream resolves them.
-    pub const ALL: [SecretKind; 7] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [SecretKind; 7] = [
         SecretKind::Provisioner,
         SecretKind::ControllerPublish,
         SecretKind::NodeStage,
@@ -132,36 +133,36 @@ impl SecretKind {
 
 /// The secret references that go into the PersistentVolume.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PvSecretRefs {
+pub(crate) struct PvSecretRefs {
     /// `spec.csi.controllerPublishSecretRef`.
-    pub controller_publish: Option<SecretRef>,
+    pub(crate) controller_publish: Option<SecretRef>,
     /// `spec.csi.nodeStageSecretRef`.
-    pub node_stage: Option<SecretRef>,
+    pub(crate) node_stage: Option<SecretRef>,
     /// `spec.csi.nodePublishSecretRef`.
-    pub node_publish: Option<SecretRef>,
+    pub(crate) node_publish: Option<SecretRef>,
     /// `spec.csi.controllerExpandSecretRef`.
-    pub controller_expand: Option<SecretRef>,
+    pub(crate) controller_expand: Option<SecretRef>,
     /// `spec.csi.nodeExpandSecretRef`.
-    pub node_expand: Option<SecretRef>,
+    pub(crate) node_expand: Option<SecretRef>,
     /// `volume.kubernetes.io/controller-modify-secret-name`/`-namespace` annotations.
-    pub controller_modify: Option<SecretRef>,
+    pub(crate) controller_modify: Option<SecretRef>,
 }
 
 /// What a template may refer to from the claim.
 #[derive(Debug, Clone, Copy)]
-pub struct ClaimTokens<'a> {
+pub(crate) struct ClaimTokens<'a> {
     /// `${pvc.name}`.
-    pub name: &'a str,
+    pub(crate) name: &'a str,
     /// `${pvc.namespace}`.
-    pub namespace: &'a str,
+    pub(crate) namespace: &'a str,
     /// `${pvc.annotations['KEY']}`; `None` when only the claim's name and namespace are known
     /// (deletion of an old PV via its claimRef).
-    pub annotations: Option<&'a BTreeMap<String, String>>,
+    pub(crate) annotations: Option<&'a BTreeMap<String, String>>,
 }
 
 impl<'a> ClaimTokens<'a> {
     /// The tokens of a claim object.
-    pub fn from_pvc(pvc: &'a PersistentVolumeClaim) -> Self {
+    pub(crate) fn from_pvc(pvc: &'a PersistentVolumeClaim) -> Self {
         Self {
             name: pvc.metadata.name.as_deref().unwrap_or_default(),
             namespace: pvc.metadata.namespace.as_deref().unwrap_or_default(),
@@ -172,7 +173,7 @@ impl<'a> ClaimTokens<'a> {
 
 /// How the name/namespace keys of one kind are set wrong.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum SecretKeysError {
+pub(crate) enum SecretKeysError {
     /// Deprecated and prefixed spellings of the same key.
     #[error(
         r#"{kind} secrets specified in parameters with both "csi" and "csi.storage.k8s.io/" keys"#
@@ -200,14 +201,14 @@ pub enum SecretKeysError {
 /// Template tokens nothing provides.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("invalid tokens: [{}]", .tokens.iter().map(|t| go_quote(t)).collect::<Vec<_>>().join(" "))]
-pub struct InvalidTokens {
+pub(crate) struct InvalidTokens {
     /// The unknown token names, sorted and without duplicates.
-    pub tokens: Vec<String>,
+    pub(crate) tokens: Vec<String>,
 }
 
 /// Why a secret reference could not be resolved (upstream `getSecretReference`).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum SecretError {
+pub(crate) enum SecretError {
     /// The kind's own keys are inconsistent.
     #[error("failed to get name and namespace template from params")]
     Keys(#[source] SecretKeysError),
@@ -255,7 +256,7 @@ fn invalid_message(template: &str, resolved: &str, what: &str) -> String {
 
 /// Resolves one kind's secret reference; `None` when neither its own keys nor the default keys
 /// are set.
-pub fn secret_ref(
+pub(crate) fn secret_ref(
     kind: SecretKind,
     params: &BTreeMap<String, String>,
     pv_name: &str,
@@ -341,7 +342,7 @@ fn templates<'p>(
 }
 
 /// Resolves the five PV secret references and the controller-modify one, in upstream's order.
-pub fn pv_secret_refs(
+pub(crate) fn pv_secret_refs(
     params: &BTreeMap<String, String>,
     pv_name: &str,
     claim: &ClaimTokens<'_>,
@@ -360,12 +361,12 @@ pub fn pv_secret_refs(
 /// A deletion-time secret reference could not be resolved from the StorageClass.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("failed to get secretreference for volume {volume}")]
-pub struct DeletionSecretError {
+pub(crate) struct DeletionSecretError {
     /// PV name.
-    pub volume: String,
+    pub(crate) volume: String,
     /// What was wrong with the class's reference.
     #[source]
-    pub source: SecretError,
+    pub(crate) source: SecretError,
 }
 
 /// The provisioner secret to send with DeleteVolume (spec §5 step 4e).
@@ -380,7 +381,7 @@ pub struct DeletionSecretError {
 ///
 /// Fetching the secret is the controller's job; upstream deletes without secrets when that GET
 /// fails (the secret may be gone already).
-pub fn deletion_secret(
+pub(crate) fn deletion_secret(
     pv: &PersistentVolume,
     class: Option<&StorageClass>,
 ) -> Result<Option<SecretRef>, DeletionSecretError> {

@@ -26,23 +26,23 @@ use thiserror::Error;
 /// A read-only snapshot of the cluster objects topology is computed from (the controller's
 /// reflector stores).
 #[derive(Debug, Clone, Copy)]
-pub struct TopologyView<'a> {
+pub(crate) struct TopologyView<'a> {
     /// All Nodes.
-    pub nodes: &'a [Node],
+    pub(crate) nodes: &'a [Node],
     /// All CSINodes.
-    pub csinodes: &'a [CSINode],
+    pub(crate) csinodes: &'a [CSINode],
 }
 
 impl<'a> TopologyView<'a> {
     /// The Node with this name.
-    pub fn node(&self, name: &str) -> Option<&'a Node> {
+    pub(crate) fn node(&self, name: &str) -> Option<&'a Node> {
         self.nodes
             .iter()
             .find(|n| n.metadata.name.as_deref() == Some(name))
     }
 
     /// The CSINode with this name (CSINodes are named after their Node).
-    pub fn csinode(&self, name: &str) -> Option<&'a CSINode> {
+    pub(crate) fn csinode(&self, name: &str) -> Option<&'a CSINode> {
         self.csinodes
             .iter()
             .find(|n| n.metadata.name.as_deref() == Some(name))
@@ -54,7 +54,7 @@ type Term = Vec<(String, String)>;
 
 /// Why no accessibility requirement could be built. Messages are upstream's.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum TopologyError {
+pub(crate) enum TopologyError {
     /// The selected node has no CSINode object (upstream: a Kubernetes NotFound, which makes the
     /// claim be rescheduled).
     #[error(
@@ -129,21 +129,21 @@ pub enum TopologyError {
 
 /// What the requirement depends on.
 #[derive(Debug, Clone, Copy)]
-pub struct RequirementInputs<'a> {
+pub(crate) struct RequirementInputs<'a> {
     /// The CSI driver name (selects the CSINode entry).
-    pub driver_name: &'a str,
+    pub(crate) driver_name: &'a str,
     /// Claim name (the StatefulSet spreading heuristic hashes it).
-    pub pvc_name: &'a str,
+    pub(crate) pvc_name: &'a str,
     /// The class's `allowedTopologies`.
-    pub allowed_topologies: &'a [TopologySelectorTerm],
+    pub(crate) allowed_topologies: &'a [TopologySelectorTerm],
     /// The scheduler's node for WaitForFirstConsumer claims.
-    pub selected_node: Option<&'a str>,
+    pub(crate) selected_node: Option<&'a str>,
     /// `--strict-topology`.
-    pub strict_topology: bool,
+    pub(crate) strict_topology: bool,
     /// `--immediate-topology`.
-    pub immediate_topology: bool,
+    pub(crate) immediate_topology: bool,
     /// Cluster objects.
-    pub view: TopologyView<'a>,
+    pub(crate) view: TopologyView<'a>,
 }
 
 /// Builds CreateVolume `accessibility_requirements`; `None` means "send none".
@@ -157,7 +157,7 @@ pub struct RequirementInputs<'a> {
 ///   `immediate_topology` is off, else every Node's term for the keys of the first CSINode that
 ///   has keys. Preferred is requisite rotated by the hash of the claim name plus its StatefulSet
 ///   ordinal, which spreads a StatefulSet's volumes over the zones.
-pub fn accessibility_requirements(
+pub(crate) fn accessibility_requirements(
     inputs: &RequirementInputs<'_>,
 ) -> Result<Option<TopologyRequirement>, TopologyError> {
     let allowed = inputs.allowed_topologies;
@@ -263,7 +263,7 @@ pub fn accessibility_requirements(
 /// `None` when the driver reported no usable topology. (Upstream returns an affinity with no
 /// terms when every reported topology is empty, which kube-apiserver rejects; that case is
 /// `None` here too.)
-pub fn node_affinity(accessible: &[Topology]) -> Option<VolumeNodeAffinity> {
+pub(crate) fn node_affinity(accessible: &[Topology]) -> Option<VolumeNodeAffinity> {
     let terms: Vec<NodeSelectorTerm> = accessible
         .iter()
         .filter(|t| !t.segments.is_empty())

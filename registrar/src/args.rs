@@ -23,10 +23,11 @@ use csi_common::flags::{self, CsiAddressArgs, LoggingArgs};
 use crate::Config;
 
 /// The `--mode` value that turns the binary into a no-op exec probe.
-pub const MODE_KUBELET_REGISTRATION_PROBE: &str = "kubelet-registration-probe";
+pub(crate) const MODE_KUBELET_REGISTRATION_PROBE: &str = "kubelet-registration-probe";
 
-/// Default of `--registration-socket-check-interval`.
-pub const DEFAULT_SOCKET_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// Default of `--registration-socket-check-interval` (the flag's `default_value`).
+#[cfg(test)]
+const DEFAULT_SOCKET_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The registrar's flags: upstream's names and defaults, plus one addition
 /// (`--registration-socket-check-interval`).
@@ -39,7 +40,7 @@ pub const DEFAULT_SOCKET_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 pub struct Args {
     /// `--csi-address`: the driver socket inside the container.
     #[command(flatten)]
-    pub csi: CsiAddressArgs,
+    pub(crate) csi: CsiAddressArgs,
 
     /// The --connection-timeout flag is deprecated
     #[arg(long, value_name = "duration", default_value = "0s", value_parser = flags::go_duration)]
@@ -47,11 +48,11 @@ pub struct Args {
 
     /// Timeout for waiting for communication with driver
     #[arg(long, value_name = "duration", default_value = "1s", value_parser = flags::go_duration)]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
 
     /// Path to Kubernetes plugin registration directory.
     #[arg(long, value_name = "string", default_value = "/registration")]
-    pub plugin_registration_path: String,
+    pub(crate) plugin_registration_path: String,
 
     /// Path of the CSI driver socket on the Kubernetes host machine.
     #[arg(
@@ -60,7 +61,7 @@ pub struct Args {
         default_value = "",
         hide_default_value = true
     )]
-    pub kubelet_registration_path: String,
+    pub(crate) kubelet_registration_path: String,
 
     /// (deprecated) TCP port for healthz requests. Set to 0 to disable the healthz server. Only one of `--health-port` and `--http-endpoint` can be set.
     #[arg(
@@ -70,7 +71,7 @@ pub struct Args {
         allow_negative_numbers = true,
         value_parser = flags::go_int
     )]
-    pub health_port: i32,
+    pub(crate) health_port: i32,
 
     /// The TCP network address where the HTTP server for diagnostics, including pprof and the health check indicating whether the registration socket exists, will listen (example: `:8080`). The default is empty string, which means the server is disabled. Only one of `--health-port` and `--http-endpoint` can be set.
     #[arg(
@@ -79,11 +80,11 @@ pub struct Args {
         default_value = "",
         hide_default_value = true
     )]
-    pub http_endpoint: String,
+    pub(crate) http_endpoint: String,
 
     /// Show version.
     #[arg(long)]
-    pub version: bool,
+    pub(crate) version: bool,
 
     /// DEPRECATED. If this is set to kubelet-registration-probe, the driver will exit successfully without registering with CSI. If set to any other value node-driver-registrar will do the kubelet plugin registration. This flag will be removed in a future major release because the mode kubelet-registration-probe is no longer needed.
     #[arg(
@@ -100,7 +101,7 @@ pub struct Args {
 
     /// How often to check that the registration socket still exists and re-create it if it was deleted (not in upstream, which never re-creates it). 0 disables the check.
     #[arg(long, value_name = "duration", default_value = "1s", value_parser = flags::go_duration)]
-    pub registration_socket_check_interval: Duration,
+    pub(crate) registration_socket_check_interval: Duration,
 
     /// `-v`, `--vmodule`, `--logging-format`, `--log-*`, `--automaxprocs`.
     #[command(flatten)]

@@ -32,11 +32,11 @@ use proto::pluginregistration::v1::registration_client::RegistrationClient;
 use crate::socket::{self, PathState};
 
 /// Body of the 404 when the socket is missing (upstream's text).
-pub const SOCKET_MISSING: &str = "registration socket does not exist";
+pub(crate) const SOCKET_MISSING: &str = "registration socket does not exist";
 
 /// The verdict of one health check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Health {
+pub(crate) enum Health {
     /// The socket answered `GetInfo` with our driver name.
     Healthy,
     /// The socket file does not exist.
@@ -47,7 +47,7 @@ pub enum Health {
 
 /// Checks the registration socket the way upstream's `/healthz` does.
 #[derive(Debug, Clone)]
-pub struct HealthCheck {
+pub(crate) struct HealthCheck {
     socket: PathBuf,
     driver_name: String,
     timeout: Duration,
@@ -55,7 +55,7 @@ pub struct HealthCheck {
 
 impl HealthCheck {
     /// A check of `socket`, expecting `driver_name`, bounded by `timeout` (`--timeout`).
-    pub fn new(socket: PathBuf, driver_name: String, timeout: Duration) -> Self {
+    pub(crate) fn new(socket: PathBuf, driver_name: String, timeout: Duration) -> Self {
         Self {
             socket,
             driver_name,
@@ -64,7 +64,7 @@ impl HealthCheck {
     }
 
     /// Runs one check.
-    pub async fn check(&self) -> Health {
+    pub(crate) async fn check(&self) -> Health {
         match socket::path_state(&self.socket) {
             Ok(PathState::Missing) => Health::SocketMissing,
             Ok(PathState::Socket) => match self.get_info().await {
@@ -123,12 +123,12 @@ async fn connect(path: &Path) -> Result<tonic::transport::Channel, String> {
 
 /// Where the `/healthz` handler finds its check: empty until the registration socket exists
 /// (the server starts earlier, so a bad `--http-endpoint` fails at start-up).
-pub type SharedHealthCheck = Arc<OnceLock<HealthCheck>>;
+pub(crate) type SharedHealthCheck = Arc<OnceLock<HealthCheck>>;
 
 /// The routes of the registrar's HTTP server: `/healthz` (any method, as Go's mux) and Go's
 /// 404 for everything else. Until `check` is set, `/healthz` answers the 404 of a missing
 /// socket: the driver name, and so the socket path, is not known yet.
-pub fn router(check: SharedHealthCheck) -> Router {
+pub(crate) fn router(check: SharedHealthCheck) -> Router {
     Router::new()
         .route(
             "/healthz",

@@ -23,9 +23,9 @@
 //! bound; `--enable-pprof` is accepted but serves nothing (Go's pprof does not exist here).
 
 pub mod args;
-pub mod health;
-pub mod service;
-pub mod socket;
+mod health;
+mod service;
+mod socket;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -52,22 +52,22 @@ use crate::socket::{CheckOutcome, RegistrationSocket};
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The driver socket inside the container (`--csi-address`).
-    pub csi_address: CsiAddress,
+    pub(crate) csi_address: CsiAddress,
     /// The driver socket on the host (`--kubelet-registration-path`), returned to kubelet as
     /// the endpoint. Only echoed, never opened.
-    pub kubelet_registration_path: String,
+    pub(crate) kubelet_registration_path: String,
     /// Where the registration socket goes (`--plugin-registration-path`).
-    pub plugin_registration_dir: PathBuf,
+    pub(crate) plugin_registration_dir: PathBuf,
     /// `--timeout`: budget of the start-up GetPluginInfo and of the `/healthz` self-check.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// How long to wait for the driver socket (upstream: csi-lib-utils' fixed 30 s).
-    pub driver_connect_timeout: Duration,
+    pub(crate) driver_connect_timeout: Duration,
     /// Address of the `/healthz` server, if any (`--http-endpoint` or `:<--health-port>`).
-    pub http_address: Option<String>,
+    pub(crate) http_address: Option<String>,
     /// How often to check for a deleted registration socket; `None` never re-creates it.
-    pub socket_check_interval: Option<Duration>,
+    pub(crate) socket_check_interval: Option<Duration>,
     /// Log CSI calls with their messages (`-v=5`).
-    pub log_grpc_calls: bool,
+    pub(crate) log_grpc_calls: bool,
 }
 
 /// Why the registrar stopped with an error; `main` exits 1 for every one of them.

@@ -14,15 +14,15 @@ use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status};
 
 /// `PluginInfo.type` of a CSI driver (kubelet's `registerapi.CSIPlugin`).
-pub const CSI_PLUGIN_TYPE: &str = "CSIPlugin";
+pub(crate) const CSI_PLUGIN_TYPE: &str = "CSIPlugin";
 
 /// The CSI versions upstream announces (`supportedVersions` in `main.go`). Kubelet needs at
 /// least one version with major 1.
-pub const SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
+pub(crate) const SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
 
 /// The registration service.
 #[derive(Debug, Clone)]
-pub struct RegistrationService {
+pub(crate) struct RegistrationService {
     info: PluginInfo,
     failures: mpsc::Sender<String>,
     stopping: watch::Receiver<bool>,
@@ -34,7 +34,7 @@ impl RegistrationService {
     /// A `NotifyRegistrationStatus` with `plugin_registered: false` sends kubelet's error text
     /// to `failures` and leaves the call unanswered until `stopping` turns true: upstream calls
     /// `os.Exit(1)` before replying, so kubelet sees the connection drop, not an answer.
-    pub fn new(
+    pub(crate) fn new(
         driver_name: &str,
         endpoint: &str,
         failures: mpsc::Sender<String>,
@@ -50,11 +50,6 @@ impl RegistrationService {
             failures,
             stopping,
         }
-    }
-
-    /// What `GetInfo` answers.
-    pub fn info(&self) -> &PluginInfo {
-        &self.info
     }
 }
 

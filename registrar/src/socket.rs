@@ -34,14 +34,14 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// What upstream appends to the driver name.
-pub const SOCKET_SUFFIX: &str = "-reg.sock";
+pub(crate) const SOCKET_SUFFIX: &str = "-reg.sock";
 
 /// Mode of the registration socket: what upstream's umask 0077 produces.
-pub const SOCKET_MODE: u32 = 0o700;
+pub(crate) const SOCKET_MODE: u32 = 0o700;
 
 /// Longest socket path `bind(2)` accepts on Linux: `sun_path` is 108 bytes including the
 /// terminating NUL.
-pub const MAX_SOCKET_PATH_LEN: usize = 107;
+pub(crate) const MAX_SOCKET_PATH_LEN: usize = 107;
 
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +116,7 @@ pub enum Error {
 }
 
 /// Result type of this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `<dir>/<driver>-reg.sock`.
 ///
@@ -129,7 +129,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// # Errors
 /// [`Error::InvalidDriverName`], or [`Error::PathTooLong`] when the result does not fit a unix
 /// socket address.
-pub fn socket_path(dir: &Path, driver: &str) -> Result<PathBuf> {
+pub(crate) fn socket_path(dir: &Path, driver: &str) -> Result<PathBuf> {
     let invalid = |reason| Error::InvalidDriverName {
         name: driver.to_owned(),
         reason,
@@ -160,7 +160,7 @@ pub fn socket_path(dir: &Path, driver: &str) -> Result<PathBuf> {
 ///
 /// # Errors
 /// [`Error::Directory`] or [`Error::NotADirectory`].
-pub fn check_directory(dir: &Path) -> Result<()> {
+pub(crate) fn check_directory(dir: &Path) -> Result<()> {
     let meta = std::fs::metadata(dir).map_err(|source| Error::Directory {
         dir: dir.to_owned(),
         source,
@@ -176,7 +176,7 @@ pub fn check_directory(dir: &Path) -> Result<()> {
 
 /// What is at a socket path, as upstream's `DoesSocketExist` sees it (following symlinks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PathState {
+pub(crate) enum PathState {
     /// Nothing is there.
     Missing,
     /// A unix socket is there.
@@ -188,7 +188,7 @@ pub enum PathState {
 /// # Errors
 /// [`Error::NotASocket`] when a non-socket file is there, [`Error::Stat`] when stat fails for
 /// another reason than "not found".
-pub fn path_state(path: &Path) -> Result<PathState> {
+pub(crate) fn path_state(path: &Path) -> Result<PathState> {
     match std::fs::metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => Ok(PathState::Socket),
         Ok(_) => Err(Error::NotASocket {
@@ -207,7 +207,7 @@ pub fn path_state(path: &Path) -> Result<PathState> {
 ///
 /// # Errors
 /// As [`path_state`], or [`Error::RemoveStale`].
-pub fn remove_stale(path: &Path) -> Result<()> {
+pub(crate) fn remove_stale(path: &Path) -> Result<()> {
     if path_state(path)? == PathState::Socket {
         match std::fs::remove_file(path) {
             Err(err) if err.kind() != io::ErrorKind::NotFound => {
@@ -224,7 +224,7 @@ pub fn remove_stale(path: &Path) -> Result<()> {
 
 /// The identity of a file: device and inode. Survives renames and links, unlike the path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileId {
+pub(crate) struct FileId {
     dev: u64,
     ino: u64,
 }
@@ -241,7 +241,7 @@ impl FileId {
     ///
     /// # Errors
     /// When `path` cannot be examined for another reason than "not found".
-    pub fn at(path: &Path) -> io::Result<Option<Self>> {
+    pub(crate) fn at(path: &Path) -> io::Result<Option<Self>> {
         match std::fs::symlink_metadata(path) {
             Ok(meta) => Ok(Some(Self::of(&meta))),
             Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -259,7 +259,7 @@ const BACKLOG: u32 = 128;
 ///
 /// # Errors
 /// [`Error::Listen`]; the cause is `AddrInUse` when something is at `path`.
-pub fn bind_private(path: &Path) -> Result<(UnixListener, FileId)> {
+pub(crate) fn bind_private(path: &Path) -> Result<(UnixListener, FileId)> {
     let listen = |source| Error::Listen {
         path: path.to_owned(),
         source,
@@ -286,7 +286,7 @@ fn bind_with_mode(path: &Path) -> io::Result<UnixSocket> {
 
 /// What [`RegistrationSocket::check`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckOutcome {
+pub(crate) enum CheckOutcome {
     /// Our socket is in place.
     Present,
     /// The path was empty; a new socket now listens there.
@@ -298,7 +298,7 @@ pub enum CheckOutcome {
 /// The registration socket while the registrar runs: accepts connections into a channel that
 /// the gRPC server reads, so the listener can be swapped without restarting the server.
 #[derive(Debug)]
-pub struct RegistrationSocket {
+pub(crate) struct RegistrationSocket {
     path: PathBuf,
     id: FileId,
     connections: mpsc::Sender<UnixStream>,
@@ -311,7 +311,7 @@ impl RegistrationSocket {
     ///
     /// # Errors
     /// As [`bind_private`].
-    pub fn bind(path: PathBuf, connections: mpsc::Sender<UnixStream>) -> Result<Self> {
+    pub(crate) fn bind(path: PathBuf, connections: mpsc::Sender<UnixStream>) -> Result<Self> {
         let (listener, id) = bind_private(&path)?;
         let acceptor = tokio::spawn(accept(listener, connections.clone()));
         Ok(Self {
@@ -323,7 +323,7 @@ impl RegistrationSocket {
     }
 
     /// The socket path.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -332,7 +332,7 @@ impl RegistrationSocket {
     /// # Errors
     /// When the path cannot be examined or a new socket cannot be bound; the old state is kept
     /// and the next check tries again.
-    pub fn check(&mut self) -> Result<CheckOutcome> {
+    pub(crate) fn check(&mut self) -> Result<CheckOutcome> {
         let current = FileId::at(&self.path).map_err(|source| Error::Stat {
             path: self.path.clone(),
             source,
@@ -356,7 +356,7 @@ impl RegistrationSocket {
     ///
     /// # Errors
     /// When the file cannot be examined or removed.
-    pub fn remove(self) -> io::Result<()> {
+    pub(crate) fn remove(self) -> io::Result<()> {
         self.acceptor.abort();
         match FileId::at(&self.path)? {
             Some(id) if id == self.id => match std::fs::remove_file(&self.path) {

@@ -187,7 +187,6 @@ async fn sync_claim<D: VolumeDriver>(
     ctx.in_progress.insert(
         &key.uid,
         Entry {
-            claim: Arc::clone(&claim),
             plan: Arc::clone(&plan),
             volume_id: None,
         },

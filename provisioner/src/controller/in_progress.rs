@@ -13,25 +13,22 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use tokio::time::Instant;
 
 use crate::request::ProvisionPlan;
 
 /// One claim whose volume may exist on the driver without a PV.
 #[derive(Debug, Clone)]
-pub struct Entry {
-    /// The claim as it was when the create started.
-    pub claim: Arc<PersistentVolumeClaim>,
+pub(crate) struct Entry {
     /// The request (without secrets) every retry repeats.
-    pub plan: Arc<ProvisionPlan>,
+    pub(crate) plan: Arc<ProvisionPlan>,
     /// The driver's volume id, once a CreateVolume succeeded for a claim that is gone.
-    pub volume_id: Option<String>,
+    pub(crate) volume_id: Option<String>,
 }
 
 /// Claims in progress, keyed by claim UID.
 #[derive(Debug, Default)]
-pub struct InProgress {
+pub(crate) struct InProgress {
     entries: Mutex<HashMap<String, Entry>>,
 }
 
@@ -42,40 +39,30 @@ impl InProgress {
     }
 
     /// The entry of claim `uid`.
-    pub fn get(&self, uid: &str) -> Option<Entry> {
+    pub(crate) fn get(&self, uid: &str) -> Option<Entry> {
         self.lock().get(uid).cloned()
     }
 
     /// Whether claim `uid` is in progress.
-    pub fn contains(&self, uid: &str) -> bool {
+    pub(crate) fn contains(&self, uid: &str) -> bool {
         self.lock().contains_key(uid)
     }
 
     /// Records (or replaces) the entry of claim `uid`.
-    pub fn insert(&self, uid: &str, entry: Entry) {
+    pub(crate) fn insert(&self, uid: &str, entry: Entry) {
         self.lock().insert(uid.to_owned(), entry);
     }
 
     /// Remembers that the driver created `volume_id` for claim `uid`.
-    pub fn set_volume(&self, uid: &str, volume_id: String) {
+    pub(crate) fn set_volume(&self, uid: &str, volume_id: String) {
         if let Some(entry) = self.lock().get_mut(uid) {
             entry.volume_id = Some(volume_id);
         }
     }
 
     /// Forgets claim `uid`; returns its entry.
-    pub fn remove(&self, uid: &str) -> Option<Entry> {
+    pub(crate) fn remove(&self, uid: &str) -> Option<Entry> {
         self.lock().remove(uid)
-    }
-
-    /// How many claims are in progress.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Whether no claim is in progress.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -89,7 +76,7 @@ struct Refusal {
 /// Claims refused as infeasible: no CreateVolume for them until the window passed or their
 /// StorageClass was re-created (upstream `recentlyInfeasible`).
 #[derive(Debug)]
-pub struct Infeasible {
+pub(crate) struct Infeasible {
     window: Duration,
     refused: Mutex<HashMap<String, Refusal>>,
 }
@@ -97,7 +84,7 @@ pub struct Infeasible {
 impl Infeasible {
     /// Refusals are honoured for `window` (upstream meant `--retry-interval-max`; see
     /// docs/compatibility.md).
-    pub fn new(window: Duration) -> Self {
+    pub(crate) fn new(window: Duration) -> Self {
         Self {
             window,
             refused: Mutex::new(HashMap::new()),
@@ -105,7 +92,7 @@ impl Infeasible {
     }
 
     /// Records that claim `uid` of class `class_uid` was refused now.
-    pub fn refuse(&self, uid: &str, class_uid: &str) {
+    pub(crate) fn refuse(&self, uid: &str, class_uid: &str) {
         self.refused
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -120,7 +107,7 @@ impl Infeasible {
 
     /// How long claim `uid` must still wait before the next CreateVolume, if at all. An entry
     /// whose window passed or whose class was re-created (different UID) is dropped.
-    pub fn remaining(&self, uid: &str, class_uid: &str) -> Option<Duration> {
+    pub(crate) fn remaining(&self, uid: &str, class_uid: &str) -> Option<Duration> {
         let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         let refusal = refused.get(uid)?;
         let elapsed = refusal.at.elapsed();
@@ -132,7 +119,7 @@ impl Infeasible {
     }
 
     /// Forgets claim `uid` (deleted, or provisioned after all).
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         self.refused
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -11,11 +11,11 @@
 //! CreateVolume and, separately, DeleteVolume calls run at once, as upstream.
 
 mod after_create;
-pub mod claim;
-pub mod in_progress;
-pub mod save;
-pub mod stores;
-pub mod volume;
+pub(crate) mod claim;
+pub(crate) mod in_progress;
+pub(crate) mod save;
+pub(crate) mod stores;
+pub(crate) mod volume;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -54,21 +54,21 @@ pub enum Error {
 }
 
 /// What the controllers need besides the caches they build themselves.
-pub struct ControllerDeps<D> {
+pub(crate) struct ControllerDeps<D> {
     /// Main API client (rate limited by `--kube-api-qps` / `--kube-api-burst`).
-    pub client: Client,
+    pub(crate) client: Client,
     /// The driver's controller RPCs.
-    pub driver: D,
+    pub(crate) driver: D,
     /// Request and PV construction settings.
-    pub options: ProvisionOptions,
+    pub(crate) options: ProvisionOptions,
     /// Concurrency, retry and feature settings.
-    pub settings: Settings,
+    pub(crate) settings: Settings,
     /// Event sink.
-    pub recorder: EventRecorder,
+    pub(crate) recorder: EventRecorder,
     /// `controller_*` metrics.
-    pub metrics: ControllerMetrics,
+    pub(crate) metrics: ControllerMetrics,
     /// `workqueue_*` metrics.
-    pub workqueue_metrics: WorkQueueMetrics,
+    pub(crate) workqueue_metrics: WorkQueueMetrics,
 }
 
 impl<D> std::fmt::Debug for ControllerDeps<D> {
@@ -82,24 +82,24 @@ impl<D> std::fmt::Debug for ControllerDeps<D> {
 
 /// Controller-level settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// `--worker-threads`.
-    pub worker_threads: usize,
+    pub(crate) worker_threads: usize,
     /// `--retry-interval-start` / `--retry-interval-max`.
-    pub retry: RetrySettings,
+    pub(crate) retry: RetrySettings,
     /// `--timeout`: also the window for cleaning up a volume that came back too small.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Topology in use (driver capability and gate): Nodes and CSINodes are cached.
-    pub topology: bool,
+    pub(crate) topology: bool,
     /// The driver publishes volumes: VolumeAttachments are cached and block deletion.
-    pub attachments: bool,
+    pub(crate) attachments: bool,
     /// The `VolumeAttributesClass` gate as given (`Some(false)`: claims' classes are ignored).
-    pub vac_gate: Option<bool>,
+    pub(crate) vac_gate: Option<bool>,
 }
 
 impl Settings {
     /// Settings from the flags and the driver's capabilities.
-    pub fn new(
+    pub(crate) fn new(
         config: &Config,
         plugin: &PluginCapabilities,
         controller: &ControllerCapabilities,
@@ -118,7 +118,7 @@ impl Settings {
 
 /// Request and PV settings from the flags and the driver (the `Topology` gate off hides the
 /// driver's VOLUME_ACCESSIBILITY_CONSTRAINTS, as upstream then ignores topology).
-pub fn provision_options(
+pub(crate) fn provision_options(
     config: &Config,
     driver_name: &str,
     plugin: &PluginCapabilities,
@@ -154,18 +154,18 @@ pub fn provision_options(
 /// A claim in the `claims` queue: upstream keys claims by UID; the name lets the worker find
 /// the claim in the cache and tell a deleted claim from a re-created one of the same name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ClaimKey {
+pub(crate) struct ClaimKey {
     /// `metadata.uid`.
-    pub uid: String,
+    pub(crate) uid: String,
     /// `metadata.namespace`.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// `metadata.name`.
-    pub name: String,
+    pub(crate) name: String,
 }
 
 impl ClaimKey {
     /// The key of `claim` (`None` for an object without uid or name, which the API never sends).
-    pub fn of(claim: &PersistentVolumeClaim) -> Option<Self> {
+    pub(crate) fn of(claim: &PersistentVolumeClaim) -> Option<Self> {
         Some(Self {
             uid: claim.metadata.uid.clone()?,
             namespace: claim.metadata.namespace.clone().unwrap_or_default(),
@@ -267,7 +267,7 @@ impl Handlers for QueueHandlers {
 }
 
 /// Runs both controllers until `stop` resolves, then lets in-flight work finish.
-pub async fn run<D: VolumeDriver>(
+pub(crate) async fn run<D: VolumeDriver>(
     deps: ControllerDeps<D>,
     stop: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {

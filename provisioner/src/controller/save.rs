@@ -30,22 +30,22 @@ use csi_common::workqueue::WorkQueue;
 
 /// A PV waiting to be saved, with what its success Event and metrics need.
 #[derive(Debug, Clone)]
-pub struct PendingVolume {
+pub(crate) struct PendingVolume {
     /// The PV to POST.
-    pub volume: PersistentVolume,
+    pub(crate) volume: PersistentVolume,
     /// The claim the `ProvisioningSucceeded` Event is about.
-    pub claim: ObjectReference,
+    pub(crate) claim: ObjectReference,
     /// `class` label of the provision metrics.
-    pub class: String,
+    pub(crate) class: String,
     /// `source` label of the provision metrics.
-    pub source: String,
+    pub(crate) source: String,
     /// When the successful provisioning attempt started.
-    pub started: Instant,
+    pub(crate) started: Instant,
 }
 
 /// PVs not saved yet, by name, and their queue.
 #[derive(Debug)]
-pub struct Unsaved {
+pub(crate) struct Unsaved {
     pub(crate) queue: Arc<WorkQueue<String>>,
     pending: Mutex<HashMap<String, PendingVolume>>,
 }
@@ -59,7 +59,7 @@ impl Unsaved {
     }
 
     /// Whether PV `name` is waiting to be saved.
-    pub fn contains(&self, name: &str) -> bool {
+    pub(crate) fn contains(&self, name: &str) -> bool {
         self.pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

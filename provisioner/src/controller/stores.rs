@@ -23,21 +23,21 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 /// A future that keeps one cache filled; it runs until aborted.
-pub type InformerTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(crate) type InformerTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Read access to every cache.
 #[derive(Clone)]
-pub struct Stores {
+pub(crate) struct Stores {
     /// PersistentVolumeClaims, all namespaces.
-    pub claims: Store<PersistentVolumeClaim>,
+    pub(crate) claims: Store<PersistentVolumeClaim>,
     /// PersistentVolumes.
-    pub volumes: Store<PersistentVolume>,
+    pub(crate) volumes: Store<PersistentVolume>,
     /// StorageClasses.
-    pub classes: Store<StorageClass>,
+    pub(crate) classes: Store<StorageClass>,
     /// Nodes and CSINodes, when topology is in use.
-    pub topology: Option<TopologyStores>,
+    pub(crate) topology: Option<TopologyStores>,
     /// VolumeAttachments, when the driver publishes volumes.
-    pub attachments: Option<Store<VolumeAttachment>>,
+    pub(crate) attachments: Option<Store<VolumeAttachment>>,
 }
 
 impl Debug for Stores {
@@ -52,22 +52,22 @@ impl Debug for Stores {
 
 impl Stores {
     /// The claim `namespace/name`.
-    pub fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+    pub(crate) fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
         self.claims.get(&ObjectRef::new(name).within(namespace))
     }
 
     /// The PV `name`.
-    pub fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+    pub(crate) fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
         self.volumes.get(&ObjectRef::new(name))
     }
 
     /// The StorageClass `name`.
-    pub fn class(&self, name: &str) -> Option<Arc<StorageClass>> {
+    pub(crate) fn class(&self, name: &str) -> Option<Arc<StorageClass>> {
         self.classes.get(&ObjectRef::new(name))
     }
 
     /// The node a VolumeAttachment for PV `name` points at, if any VolumeAttachment does.
-    pub fn attached_node(&self, pv_name: &str) -> Option<String> {
+    pub(crate) fn attached_node(&self, pv_name: &str) -> Option<String> {
         let attachments = self.attachments.as_ref()?;
         attachments
             .find(|va| va.spec.source.persistent_volume_name.as_deref() == Some(pv_name))
@@ -79,7 +79,7 @@ impl Stores {
 /// the caches for every claim would cost O(nodes) per claim; the snapshot is rebuilt only after
 /// a Node or CSINode changed.
 #[derive(Clone)]
-pub struct TopologyStores {
+pub(crate) struct TopologyStores {
     nodes: Store<Node>,
     csinodes: Store<CSINode>,
     generation: Arc<AtomicU64>,
@@ -91,16 +91,16 @@ type Snapshot = (u64, Arc<TopologySnapshot>);
 
 /// All Nodes (trimmed to name, uid and labels) and CSINodes at one point in time.
 #[derive(Debug, Default)]
-pub struct TopologySnapshot {
+pub(crate) struct TopologySnapshot {
     /// Nodes.
-    pub nodes: Vec<Node>,
+    pub(crate) nodes: Vec<Node>,
     /// CSINodes.
-    pub csinodes: Vec<CSINode>,
+    pub(crate) csinodes: Vec<CSINode>,
 }
 
 impl TopologyStores {
     /// The current snapshot (rebuilt if a Node or CSINode changed since the last one).
-    pub fn snapshot(&self) -> Arc<TopologySnapshot> {
+    pub(crate) fn snapshot(&self) -> Arc<TopologySnapshot> {
         let generation = self.generation.load(Ordering::Acquire);
         let mut cached = self.snapshot.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((built, snapshot)) = cached.as_ref()
@@ -132,7 +132,7 @@ impl Debug for TopologyStores {
 }
 
 /// What the informers report to the controllers (client-go's event handlers).
-pub trait Handlers: Send + Sync + 'static {
+pub(crate) trait Handlers: Send + Sync + 'static {
     /// A claim was added or changed.
     fn claim_applied(&self, claim: &PersistentVolumeClaim);
     /// A claim was deleted.
@@ -147,15 +147,15 @@ pub trait Handlers: Send + Sync + 'static {
 
 /// Which caches to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     /// Nodes and CSINodes.
-    pub topology: bool,
+    pub(crate) topology: bool,
     /// VolumeAttachments.
-    pub attachments: bool,
+    pub(crate) attachments: bool,
 }
 
 /// The stores and the futures that fill them (spawn each; they run until aborted).
-pub fn start<H: Handlers>(
+pub(crate) fn start<H: Handlers>(
     client: &Client,
     wanted: Wanted,
     handlers: &Arc<H>,
@@ -247,7 +247,7 @@ pub fn start<H: Handlers>(
 
 impl Stores {
     /// Waits until every cache has its initial list (client-go `WaitForCacheSync`).
-    pub async fn ready(&self) {
+    pub(crate) async fn ready(&self) {
         // A writer is only dropped when its informer task is aborted, i.e. at shutdown.
         let _ = self.claims.wait_until_ready().await;
         let _ = self.volumes.wait_until_ready().await;
