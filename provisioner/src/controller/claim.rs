@@ -81,18 +81,9 @@ pub(crate) async fn sync<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> O
     }
 }
 
-/// The claim of `key` if it still exists and is not being deleted. A claim with a
-/// deletionTimestamp only waits for its finalizers: upstream still provisions it (and the PV
-/// ends up Released), here it counts as gone, so a create in progress is cleaned up at once
-/// and no new volume is made for it.
-pub(crate) fn live_claim<D>(
-    ctx: &Context<D>,
-    key: &ClaimKey,
-) -> Option<Arc<PersistentVolumeClaim>> {
-    ctx.stores
-        .claim(&key.namespace, &key.name)
-        .filter(|claim| claim.metadata.uid.as_deref() == Some(key.uid.as_str()))
-        .filter(|claim| claim.metadata.deletion_timestamp.is_none())
+/// [`super::stores::Stores::live_claim`].
+fn live_claim<D>(ctx: &Context<D>, key: &ClaimKey) -> Option<Arc<PersistentVolumeClaim>> {
+    ctx.stores.live_claim(key)
 }
 
 /// Labels of the provision metrics: class name and `spec.dataSource.kind`.

@@ -14,6 +14,7 @@ mod after_create;
 pub(crate) mod claim;
 pub(crate) mod in_progress;
 pub(crate) mod save;
+mod secrets;
 pub(crate) mod stores;
 pub(crate) mod volume;
 

@@ -23,8 +23,7 @@ use crate::csi::VolumeDriver;
 use crate::decide::volume_handle;
 use csi_common::events::EventType;
 
-use super::claim::live_claim;
-use super::volume::deletion_secrets;
+use super::secrets::deletion_secrets;
 use super::{ClaimKey, Context};
 use csi_common::workqueue::WorkQueue;
 
@@ -165,7 +164,7 @@ fn claim_exists<D>(ctx: &Context<D>, claim: &ObjectReference) -> bool {
         namespace: claim.namespace.clone().unwrap_or_default(),
         name: claim.name.clone().unwrap_or_default(),
     };
-    live_claim(ctx, &key).is_some()
+    ctx.stores.live_claim(&key).is_some()
 }
 
 /// DeleteVolume for the volume `volume` describes, with its provisioner secret.

@@ -22,6 +22,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use super::ClaimKey;
+
 /// A future that keeps one cache filled; it runs until aborted.
 pub(crate) type InformerTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -54,6 +56,16 @@ impl Stores {
     /// The claim `namespace/name`.
     pub(crate) fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
         self.claims.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The claim of `key` if it still exists (same UID) and is not being deleted. A claim with
+    /// a deletionTimestamp only waits for its finalizers: upstream still provisions it (and the
+    /// PV ends up Released), here it counts as gone, so a create in progress is cleaned up at
+    /// once and no new volume is made for it.
+    pub(crate) fn live_claim(&self, key: &ClaimKey) -> Option<Arc<PersistentVolumeClaim>> {
+        self.claim(&key.namespace, &key.name)
+            .filter(|claim| claim.metadata.uid.as_deref() == Some(key.uid.as_str()))
+            .filter(|claim| claim.metadata.deletion_timestamp.is_none())
     }
 
     /// The PV `name`.

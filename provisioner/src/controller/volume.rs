@@ -8,7 +8,6 @@
 //! "persistentvolume X is still attached to node Y"); the deletion is retried when the
 //! attachment goes away or after the backoff.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -21,12 +20,11 @@ use tokio::time::Instant;
 use crate::annotations::{PV_FINALIZER, pv_class_name};
 use crate::csi::VolumeDriver;
 use crate::decide::{VolumeStep, decide_volume, volume_handle};
-use crate::secrets::{DeletionSecretError, deletion_secret};
 use csi_common::events::{EventType, reference};
 
 use super::Context;
 use super::claim::Outcome;
-use csi_common::secrets;
+use super::secrets::deletion_secrets;
 
 /// One `volumes` worker.
 pub(crate) async fn worker<D: VolumeDriver>(ctx: Arc<Context<D>>) {
@@ -180,31 +178,6 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
     }
     ctx.metrics.deleted(&class, started.elapsed());
     Outcome::Done
-}
-
-/// The `secrets` of DeleteVolume for `volume` (spec §5 step 4e): the provisioner secret its
-/// annotations (or, for old PVs, its class) name. A secret that cannot be read is only logged
-/// and the volume deleted without it, as upstream does: it may be gone with its namespace.
-pub(crate) async fn deletion_secrets<D>(
-    ctx: &Context<D>,
-    volume: &PersistentVolume,
-) -> Result<HashMap<String, String>, DeletionSecretError> {
-    let class = ctx.stores.class(&pv_class_name(volume));
-    let Some(secret) = deletion_secret(volume, class.as_deref())? else {
-        return Ok(HashMap::default());
-    };
-    match secrets::fetch(&ctx.client, &secret).await {
-        Ok(data) => Ok(data),
-        Err(err) => {
-            let name = volume.metadata.name.as_deref().unwrap_or_default();
-            tracing::warn!(
-                volume = name,
-                error = csi_common::logging::error_chain(&err),
-                "deleting without provisioner secret"
-            );
-            Ok(HashMap::default())
-        }
-    }
 }
 
 #[cfg(test)]
