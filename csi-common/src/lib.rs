@@ -1,8 +1,8 @@
 //! What every CSI sidecar shares: the driver connection over a unix socket, identity calls and
-//! readiness probing, gRPC status classification, CSI call metrics and logging, client-go style
-//! Events, the diagnostics HTTP server, the `:authority` repair for gRPC servers, Lease-based
-//! leader election, command-line flags, logging set-up, the Kubernetes client, shutdown signals
-//! and the version string.
+//! readiness probing, gRPC status classification and the CSI error type, CSI call metrics and
+//! logging, client-go style Events, the Secrets CSI calls carry, the diagnostics HTTP server, the
+//! `:authority` repair for gRPC servers, Lease-based leader election, command-line flags, logging
+//! set-up, the Kubernetes client, Go's `%q`, shutdown signals and the version string.
 //!
 //! Rust counterpart of kubernetes-csi/csi-lib-utils. Nothing in this crate reads the process
 //! environment on its own, parses argv, or exits the process: binaries pass values in and decide
