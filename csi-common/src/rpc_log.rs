@@ -42,7 +42,6 @@ use tonic::{Code, Status};
 use tower::{Layer, Service, ServiceExt as _};
 
 use crate::metrics::CsiMetrics;
-use crate::status::code_name;
 
 /// The gRPC deadline header (gRPC over HTTP/2 spec: `grpc-timeout`).
 pub const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
@@ -441,7 +440,7 @@ fn go_error_text(code: Code, message: &str) -> String {
     if code == Code::Ok {
         "<nil>".to_owned()
     } else {
-        format!("rpc error: code = {} desc = {message}", code_name(code))
+        crate::status::CsiError::status(code, message).to_string()
     }
 }
 
