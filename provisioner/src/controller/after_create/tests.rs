@@ -28,81 +28,49 @@ fn response() -> CreateVolumeResponse {
     }
 }
 
-fn failed(code: Code) -> AfterCreate<'static> {
-    AfterCreate::Failed {
-        message: format!("rpc error: code = {} desc = boom", status::code_name(code)),
-        state: Finished,
-    }
-}
-
-fn with_state(step: AfterCreate<'static>, state: ProvisioningState) -> AfterCreate<'static> {
-    match step {
-        AfterCreate::Failed { message, .. } => AfterCreate::Failed { message, state },
-        other => other,
+#[test]
+fn failures_of_a_live_claim_follow_upstream_check_error() {
+    let cases = [
+        // (claim, code, state)
+        (LIVE, Code::Internal, Finished),
+        (LIVE, Code::NotFound, Finished),
+        (LIVE, Code::OutOfRange, Finished),
+        (LIVE, Code::Unknown, Finished),
+        (LIVE, Code::AlreadyExists, Finished),
+        // The driver may still be working on it: keep the claim in progress.
+        (LIVE, Code::Cancelled, InBackground),
+        (LIVE, Code::DeadlineExceeded, InBackground),
+        (LIVE, Code::Unavailable, InBackground),
+        (LIVE, Code::Aborted, InBackground),
+        (ON_NODE, Code::Aborted, InBackground),
+        // Out of space: another node may have room, else it is final (not "retry later").
+        (LIVE, Code::ResourceExhausted, Finished),
+        (ON_NODE, Code::ResourceExhausted, Reschedule),
+        (ON_NODE, Code::Internal, Finished),
+    ];
+    for (claim, code, state) in cases {
+        let err = CsiError::status(code, "boom");
+        let want = AfterCreate::Failed {
+            message: format!("rpc error: code = {} desc = boom", status::code_name(code)),
+            state,
+        };
+        assert_eq!(after_create(Err(&err), claim), want, "{claim:?} {code:?}");
     }
 }
 
 #[test]
-fn failures_of_a_live_claim_follow_upstream_check_error() {
-    let cases = [
-        // (claim, code, step)
-        (LIVE, Code::Internal, failed(Code::Internal)),
-        (LIVE, Code::NotFound, failed(Code::NotFound)),
-        (LIVE, Code::OutOfRange, failed(Code::OutOfRange)),
-        (LIVE, Code::Unknown, failed(Code::Unknown)),
-        (LIVE, Code::AlreadyExists, failed(Code::AlreadyExists)),
-        // The driver may still be working on it: keep the claim in progress.
-        (
-            LIVE,
-            Code::Cancelled,
-            with_state(failed(Code::Cancelled), InBackground),
-        ),
-        (
-            LIVE,
-            Code::DeadlineExceeded,
-            with_state(failed(Code::DeadlineExceeded), InBackground),
-        ),
-        (
-            LIVE,
-            Code::Unavailable,
-            with_state(failed(Code::Unavailable), InBackground),
-        ),
-        (
-            LIVE,
-            Code::Aborted,
-            with_state(failed(Code::Aborted), InBackground),
-        ),
-        (
-            ON_NODE,
-            Code::Aborted,
-            with_state(failed(Code::Aborted), InBackground),
-        ),
-        // Out of space: another node may have room, else it is final (not "retry later").
-        (
-            LIVE,
-            Code::ResourceExhausted,
-            failed(Code::ResourceExhausted),
-        ),
-        (
-            ON_NODE,
-            Code::ResourceExhausted,
-            with_state(failed(Code::ResourceExhausted), Reschedule),
-        ),
-        (ON_NODE, Code::Internal, failed(Code::Internal)),
-        // Infeasible: slow retry, never a reschedule.
-        (
-            ON_NODE,
-            Code::InvalidArgument,
+fn invalid_argument_is_infeasible_and_never_rescheduled() {
+    let err = CsiError::status(Code::InvalidArgument, "boom");
+    for claim in [LIVE, ON_NODE] {
+        assert_eq!(
+            after_create(Err(&err), claim),
             AfterCreate::Infeasible {
                 message: "Volume provisioning failed with infeasible error. Retries will be \
                           delayed. rpc error: code = InvalidArgument desc = boom"
                     .into(),
             },
-        ),
-    ];
-    for (claim, code, want) in cases {
-        let err = CsiError::status(code, "boom");
-        assert_eq!(after_create(Err(&err), claim), want, "{claim:?} {code:?}");
+            "{claim:?}"
+        );
     }
 }
 
