@@ -32,6 +32,7 @@ use crate::pv::{BuildPvError, build_pv};
 use crate::request::{ProvisionInputs, ProvisionPlan, plan_provision};
 use crate::topology::TopologyView;
 use csi_common::events::{EventType, reference};
+use csi_common::secrets;
 use csi_common::status::CsiError;
 
 use super::after_create::{self, AfterCreate, GoneCreate, after_create, after_gone_create};
@@ -39,7 +40,6 @@ use super::in_progress::Entry;
 use super::save::{self, PendingVolume};
 use super::stores::TopologyStores;
 use super::{ClaimKey, Context};
-use csi_common::secrets;
 
 /// How many DeleteVolume attempts clean up a volume that came back unusable (upstream: 5 within
 /// one `--timeout`).
