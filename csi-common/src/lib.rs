@@ -11,6 +11,7 @@
 pub mod access_modes;
 pub mod capabilities;
 pub mod connection;
+pub mod controller;
 pub mod events;
 pub mod flags;
 pub mod h2_authority;

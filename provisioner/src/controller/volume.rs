@@ -9,7 +9,6 @@
 //! attachment goes away or after the backoff.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::Api;
@@ -21,24 +20,10 @@ use tokio::time::Instant;
 use crate::csi::VolumeDriver;
 use crate::decide::{PV_FINALIZER, VolumeStep, decide_volume, pv_class_name, volume_handle};
 use crate::secrets::{DeletionSecretError, deletion_secret};
+use csi_common::controller::Outcome;
 use csi_common::events::{EventType, reference};
 
-use super::claim::Outcome;
 use super::{Context, secrets};
-
-/// One `volumes` worker.
-pub(crate) async fn worker<D: VolumeDriver>(ctx: Arc<Context<D>>) {
-    while let Some(name) = ctx.volumes.get().await {
-        match sync(&ctx, &name).await {
-            Outcome::Done => ctx.volumes.forget(&name),
-            Outcome::Retry => {
-                ctx.volumes.add_rate_limited(name.clone());
-            }
-            Outcome::RetryAfter(delay) => ctx.volumes.add_after(name.clone(), delay),
-        }
-        ctx.volumes.done(&name);
-    }
-}
 
 /// One pass over PV `name`.
 pub(crate) async fn sync<D: VolumeDriver>(ctx: &Context<D>, name: &str) -> Outcome {
