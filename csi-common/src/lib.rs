@@ -25,6 +25,7 @@ pub mod quantity;
 pub mod rpc_log;
 pub mod runtime;
 pub mod shutdown;
+pub mod sidecar;
 pub mod status;
 pub mod version;
 pub mod workqueue;

@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use csi_common::connection::CsiAddress;
-use csi_common::flags::{self, CommonArgs};
+use csi_common::flags::{self, CommonArgs, MasterArgs};
+use csi_common::sidecar::{CommonSettings, SettingsError};
+
+pub use csi_common::sidecar::{HttpSettings, KubeSettings, LeaderElectionSettings};
 
 /// Default of `--volume-name-prefix`.
 pub const DEFAULT_VOLUME_NAME_PREFIX: &str = "pvc";
@@ -44,14 +47,9 @@ pub struct Args {
     #[command(flatten)]
     pub common: CommonArgs,
 
-    /// Master URL to build a client config from. Either this or kubeconfig needs to be set if the provisioner is being run out of cluster.
-    #[arg(
-        long,
-        value_name = "string",
-        default_value = "",
-        hide_default_value = true
-    )]
-    pub master: String,
+    /// `--master`.
+    #[command(flatten)]
+    pub master: MasterArgs,
 
     /// Prefix to apply to the name of a created volume.
     #[arg(long, value_name = "string", default_value = DEFAULT_VOLUME_NAME_PREFIX)]
@@ -267,12 +265,11 @@ pub enum ConfigError {
         /// The feature it would enable.
         feature: &'static str,
     },
-    /// `--http-endpoint` together with `--metrics-address`, or a bad logging setting (exit 1).
+    /// A shared flag: `--http-endpoint` together with `--metrics-address`, a bad logging
+    /// setting, a `--csi-address` that is not a unix socket path, a negative
+    /// `--kube-api-burst` (exit 1).
     #[error(transparent)]
-    Flags(#[from] flags::Error),
-    /// `--csi-address` is not a unix socket path (exit 1).
-    #[error(transparent)]
-    Address(#[from] csi_common::connection::Error),
+    Common(#[from] SettingsError),
     /// `--worker-threads=0` would never process anything (exit 1).
     #[error("--worker-threads must be greater than 0")]
     NoWorkers,
@@ -293,9 +290,6 @@ pub enum ConfigError {
         /// `--retry-interval-max`.
         max: Duration,
     },
-    /// `--kube-api-burst` is negative.
-    #[error("--kube-api-burst must not be negative, got {0}")]
-    NegativeBurst(i32),
 }
 
 impl ConfigError {
@@ -304,13 +298,11 @@ impl ConfigError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Unsupported { .. } => 2,
-            Self::Flags(_)
-            | Self::Address(_)
-            | Self::NoWorkers
+            Self::Common(err) => err.exit_code(),
+            Self::NoWorkers
             | Self::UuidLength(_)
             | Self::EmptyPrefix
-            | Self::RetryIntervals { .. }
-            | Self::NegativeBurst(_) => 1,
+            | Self::RetryIntervals { .. } => 1,
         }
     }
 }
@@ -339,56 +331,6 @@ pub struct Config {
     pub log_grpc_calls: bool,
     /// Warnings to log once logging is up (accepted flags without effect).
     pub warnings: Vec<String>,
-}
-
-/// `--kubeconfig`, `--master`, `--kube-api-qps`, `--kube-api-burst`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KubeSettings {
-    /// `--kubeconfig` (empty: in-cluster unless `KUBECONFIG` is set).
-    pub kubeconfig: String,
-    /// `--master`: overrides the API server URL.
-    pub master: Option<String>,
-    /// `--kube-api-qps`.
-    pub qps: f32,
-    /// `--kube-api-burst`.
-    pub burst: u32,
-}
-
-/// Leader-election flags.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderElectionSettings {
-    /// `--leader-election-namespace` (empty: the pod's namespace).
-    pub namespace: String,
-    /// `--leader-election-lease-duration`.
-    pub lease_duration: Duration,
-    /// `--leader-election-renew-deadline`.
-    pub renew_deadline: Duration,
-    /// `--leader-election-retry-period`.
-    pub retry_period: Duration,
-    /// `--leader-election-labels`.
-    pub labels: BTreeMap<String, String>,
-}
-
-/// Diagnostics HTTP flags.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpSettings {
-    /// `--http-endpoint`: metrics plus `/healthz/leader-election`.
-    pub endpoint: Option<String>,
-    /// `--metrics-address` (deprecated): metrics only.
-    pub metrics_address: Option<String>,
-    /// `--metrics-path`.
-    pub metrics_path: String,
-}
-
-impl HttpSettings {
-    /// The address to listen on, if any, and whether the leader-election check is served there.
-    pub fn listen_address(&self) -> Option<(&str, bool)> {
-        match (&self.endpoint, &self.metrics_address) {
-            (Some(endpoint), _) => Some((endpoint, true)),
-            (None, Some(metrics)) => Some((metrics, false)),
-            (None, None) => None,
-        }
-    }
 }
 
 /// Flags that shape requests and PVs.
@@ -434,9 +376,8 @@ impl TryFrom<Args> for Config {
 
     fn try_from(args: Args) -> Result<Self, Self::Error> {
         refuse_unsupported(&args)?;
-        args.common.validate()?;
+        let common = CommonSettings::from_args(&args.common, Some(&args.master))?;
         let gates = args.gates();
-        let csi_address = CsiAddress::parse(&args.common.csi.csi_address)?;
         if args.worker_threads == 0 {
             return Err(ConfigError::NoWorkers);
         }
@@ -454,8 +395,6 @@ impl TryFrom<Args> for Config {
                 max: args.retry_interval_max,
             });
         }
-        let burst = u32::try_from(args.common.kube.kube_api_burst)
-            .map_err(|_| ConfigError::NegativeBurst(args.common.kube.kube_api_burst))?;
 
         let mut warnings = Vec::new();
         if args.enable_pprof {
@@ -469,32 +408,12 @@ impl TryFrom<Args> for Config {
             ));
         }
 
-        let common = args.common;
-        let leader_election = common.leader_election.leader_election.then(|| {
-            let le = &common.leader_election;
-            LeaderElectionSettings {
-                namespace: le.leader_election_namespace.clone(),
-                lease_duration: le.leader_election_lease_duration,
-                renew_deadline: le.leader_election_renew_deadline,
-                retry_period: le.leader_election_retry_period,
-                labels: le.labels(),
-            }
-        });
         Ok(Config {
-            csi_address,
+            csi_address: common.csi_address,
             timeout: args.timeout,
-            kube: KubeSettings {
-                kubeconfig: common.kube.kubeconfig,
-                master: non_empty(args.master),
-                qps: narrow_qps(common.kube.kube_api_qps),
-                burst,
-            },
-            leader_election,
-            http: HttpSettings {
-                endpoint: non_empty(common.http.http_endpoint),
-                metrics_address: non_empty(common.http.metrics_address),
-                metrics_path: common.http.metrics_path,
-            },
+            kube: common.kube,
+            leader_election: common.leader_election,
+            http: common.http,
             provisioning: ProvisioningSettings {
                 volume_name_prefix: args.volume_name_prefix,
                 volume_name_uuid_length: i64::from(args.volume_name_uuid_length),
@@ -512,7 +431,7 @@ impl TryFrom<Args> for Config {
                 max: args.retry_interval_max,
             },
             worker_threads: args.worker_threads as usize,
-            log_grpc_calls: common.logging.verbosity >= 5,
+            log_grpc_calls: common.log_grpc_calls,
             warnings,
         })
     }
@@ -570,19 +489,6 @@ fn refuse_unsupported(args: &Args) -> Result<(), ConfigError> {
         );
     }
     Ok(())
-}
-
-/// `--kube-api-qps` is a float64 flag upstream but client-go's rest config holds a float32.
-#[allow(
-    clippy::cast_possible_truncation,
-    reason = "client-go narrows the flag to float32 the same way"
-)]
-fn narrow_qps(qps: f64) -> f32 {
-    qps as f32
-}
-
-fn non_empty(s: String) -> Option<String> {
-    (!s.is_empty()).then_some(s)
 }
 
 #[cfg(test)]

@@ -58,6 +58,7 @@ mod tests;
 
 pub use args::{
     CommonArgs, CsiAddressArgs, HttpArgs, KubeArgs, LeaderElectionArgs, LogFormat, LoggingArgs,
+    MasterArgs,
 };
 pub use argv::{normalize_args, parse};
 pub use values::{
