@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use csi_common::connection::CsiAddress;
-use csi_common::flags::{self, CommonArgs, MasterArgs};
+use csi_common::flags::{self, CommonArgs, FeatureGates, MasterArgs};
 use csi_common::sidecar::{CommonSettings, SettingsError};
 
 pub use csi_common::sidecar::{HttpSettings, KubeSettings, LeaderElectionSettings};
@@ -69,11 +69,11 @@ pub struct Args {
     pub retry_interval_max: Duration,
 
     /// Number of provisioner worker threads, in other words nr. of simultaneous CSI calls.
-    #[arg(long, value_name = "uint", default_value = "100", value_parser = go_uint)]
+    #[arg(long, value_name = "uint", default_value = "100", value_parser = flags::go_uint)]
     pub worker_threads: u32,
 
     /// Number of simultaneously running threads, handling cloning finalizer removal.
-    #[arg(long, value_name = "uint", default_value = "1", value_parser = go_uint)]
+    #[arg(long, value_name = "uint", default_value = "1", value_parser = flags::go_uint)]
     pub cloning_protection_threads: u32,
 
     /// Duration between snapshot orphan sweeps; 0 disables the sweep.
@@ -81,7 +81,7 @@ pub struct Args {
     pub snapshot_orphan_sweep_interval: Duration,
 
     /// Number of simultaneously running threads, handling CSIStorageCapacity objects.
-    #[arg(long, value_name = "uint", default_value = "1", value_parser = go_uint)]
+    #[arg(long, value_name = "uint", default_value = "1", value_parser = flags::go_uint)]
     pub capacity_threads: u32,
 
     /// Timeout for waiting for volume operation (creation, deletion, capacity queries).
@@ -169,43 +169,8 @@ pub struct Args {
     pub prevent_volume_mode_conversion: bool,
 
     /// A set of key=value pairs that describe feature gates for alpha/experimental features. Options are: Topology=true|false (GA - default=true), VolumeAttributesClass=true|false (GA - default=true), CrossNamespaceVolumeDataSource=true|false (ALPHA - default=false), ReleaseLeaderElectionOnExit=true|false (ALPHA - default=false), AllAlpha=true|false, AllBeta=true|false. May be repeated; values accumulate.
-    #[arg(long, value_name = "mapStringBool", value_parser = feature_gates)]
+    #[arg(long, value_name = "mapStringBool", value_parser = flags::feature_gates)]
     pub feature_gates: Vec<FeatureGates>,
-}
-
-/// One `--feature-gates` occurrence, `Key=bool,...`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FeatureGates(pub BTreeMap<String, bool>);
-
-/// Parses a `--feature-gates` value with component-base's rules: comma-separated items, each
-/// `Key=bool` (Go `strconv.ParseBool` syntax), whitespace around keys and values trimmed, empty
-/// items skipped.
-pub fn feature_gates(s: &str) -> Result<FeatureGates, String> {
-    let mut gates = BTreeMap::new();
-    for item in s.split(',') {
-        let item = item.trim();
-        if item.is_empty() {
-            continue;
-        }
-        let Some((key, value)) = item.split_once('=') else {
-            return Err(format!("missing bool value for {item}"));
-        };
-        let (key, value) = (key.trim(), value.trim());
-        let value =
-            flags::go_bool(value).map_err(|e| format!("invalid value of {key}={value}: {e}"))?;
-        gates.insert(key.to_owned(), value);
-    }
-    Ok(FeatureGates(gates))
-}
-
-/// Parses a Go `uint` flag value (`strconv.ParseUint(s, 0, ...)`): [`flags::go_int`] syntax
-/// without a sign.
-pub fn go_uint(s: &str) -> Result<u32, String> {
-    if s.starts_with('-') || s.starts_with('+') {
-        return Err(format!("invalid unsigned integer {s:?}"));
-    }
-    let value = flags::go_int(s)?;
-    u32::try_from(value).map_err(|_| format!("invalid unsigned integer {s:?}"))
 }
 
 /// Feature gate values after merging every occurrence (pflag's map flag: later keys win).
@@ -224,11 +189,7 @@ pub struct Gates {
 impl Args {
     /// Every `--feature-gates` occurrence merged, later keys winning.
     pub fn merged_feature_gates(&self) -> BTreeMap<String, bool> {
-        let mut merged = BTreeMap::new();
-        for occurrence in &self.feature_gates {
-            merged.extend(occurrence.0.iter().map(|(k, v)| (k.clone(), *v)));
-        }
-        merged
+        FeatureGates::merge(&self.feature_gates)
     }
 
     /// The gates the provisioner acts on, with `AllAlpha` applied to alpha gates that were
