@@ -2,7 +2,9 @@
 //! readiness probing, gRPC status classification, CSI call metrics and logging, client-go style
 //! Events, the diagnostics HTTP server, the `:authority` repair for gRPC servers, Lease-based
 //! leader election, command-line flags, logging set-up, the Kubernetes client, shutdown signals
-//! and the version string.
+//! and the version string; and for the controller sidecars (csi-provisioner, csi-attacher,
+//! csi-resizer) the work queue, the controller runtime that drains it ([`controller`]) and the
+//! start-up wiring and run loop of the whole process ([`sidecar`]).
 //!
 //! Rust counterpart of kubernetes-csi/csi-lib-utils. Nothing in this crate reads the process
 //! environment on its own, parses argv, or exits the process: binaries pass values in and decide

@@ -51,6 +51,31 @@ impl CommonSettings {
     /// Validates the shared flags: the checks of [`CommonArgs::validate`], then the driver
     /// address and the client settings.
     ///
+    /// ```
+    /// use csi_common::flags::{self, CommonArgs, MasterArgs};
+    /// use csi_common::sidecar::CommonSettings;
+    ///
+    /// #[derive(clap::Parser)]
+    /// struct Args {
+    ///     #[command(flatten)]
+    ///     common: CommonArgs,
+    ///     #[command(flatten)]
+    ///     master: MasterArgs,
+    /// }
+    ///
+    /// let args: Args = flags::parse(["csi-resizer", "--leader-election", "-http-endpoint=:8080"])
+    ///     .expect("usage errors exit 2 in main");
+    /// let settings = CommonSettings::from_args(&args.common, Some(&args.master))
+    ///     .expect("bad combinations exit 1 in main");
+    /// assert_eq!(settings.csi_address.to_string(), "unix:///run/csi/socket");
+    /// assert_eq!(settings.http.listen_address(), Some((":8080", true)));
+    /// assert!(settings.leader_election.is_some());
+    ///
+    /// let args: Args = flags::parse(["csi-resizer", "--kube-api-burst=-1"]).unwrap();
+    /// let err = CommonSettings::from_args(&args.common, None).unwrap_err();
+    /// assert_eq!(err.exit_code(), 1);
+    /// ```
+    ///
     /// # Errors
     /// The first check that fails; every one exits 1 upstream.
     pub fn from_args(
