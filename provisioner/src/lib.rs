@@ -3,9 +3,10 @@
 //! Delete is ours, calls DeleteVolume and removes the PV. A drop-in replacement for
 //! kubernetes-csi/external-provisioner (spec provisioner.md §1-5, §7-9).
 //!
-//! [`run`] is the whole process after flag parsing: connect to the driver and wait until it is
-//! ready, learn its name and capabilities, serve diagnostics, optionally win the Lease, then run
-//! the claim and volume controllers until shutdown, a lost driver connection or a lost Lease.
+//! [`run`] is the whole process after flag parsing, on [`csi_common::sidecar`]: connect to the
+//! driver and wait until it is ready, learn its name and capabilities, refuse a driver that
+//! cannot provision, serve diagnostics, optionally win the Lease, then run the claim and volume
+//! controllers until shutdown, a lost driver connection or a lost Lease.
 
 pub mod args;
 pub mod controller;
