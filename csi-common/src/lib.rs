@@ -2,7 +2,10 @@
 //! readiness probing, gRPC status classification and the CSI error type, CSI call metrics and
 //! logging, client-go style Events, the Secrets CSI calls carry, the diagnostics HTTP server, the
 //! `:authority` repair for gRPC servers, Lease-based leader election, command-line flags, logging
-//! set-up, the Kubernetes client, Go's `%q`, shutdown signals and the version string.
+//! set-up, the Kubernetes client, Go's `%q`, shutdown signals and the version string; and for the
+//! controller sidecars (csi-provisioner, csi-attacher, csi-resizer) the work queue, the controller
+//! runtime that drains it ([`controller`]) and the start-up wiring and run loop of the whole
+//! process ([`sidecar`]).
 //!
 //! Rust counterpart of kubernetes-csi/csi-lib-utils. Nothing in this crate reads the process
 //! environment on its own, parses argv, or exits the process: binaries pass values in and decide
@@ -11,6 +14,7 @@
 pub mod access_modes;
 pub mod capabilities;
 pub mod connection;
+pub mod controller;
 pub mod events;
 pub mod flags;
 pub mod h2_authority;
@@ -26,6 +30,7 @@ pub mod rpc_log;
 pub mod runtime;
 pub mod secrets;
 pub mod shutdown;
+pub mod sidecar;
 pub mod status;
 pub mod version;
 pub mod workqueue;

@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use csi_common::connection::CsiAddress;
-use csi_common::flags::{self, CommonArgs};
+use csi_common::flags::{self, CommonArgs, FeatureGates, MasterArgs};
+use csi_common::sidecar::{CommonSettings, SettingsError};
+
+pub use csi_common::sidecar::{HttpSettings, KubeSettings, LeaderElectionSettings};
 
 /// Default of `--volume-name-prefix`.
 pub const DEFAULT_VOLUME_NAME_PREFIX: &str = "pvc";
@@ -44,14 +47,9 @@ pub struct Args {
     #[command(flatten)]
     pub common: CommonArgs,
 
-    /// Master URL to build a client config from. Either this or kubeconfig needs to be set if the provisioner is being run out of cluster.
-    #[arg(
-        long,
-        value_name = "string",
-        default_value = "",
-        hide_default_value = true
-    )]
-    pub master: String,
+    /// `--master`.
+    #[command(flatten)]
+    pub master: MasterArgs,
 
     /// Prefix to apply to the name of a created volume.
     #[arg(long, value_name = "string", default_value = DEFAULT_VOLUME_NAME_PREFIX)]
@@ -71,11 +69,11 @@ pub struct Args {
     pub retry_interval_max: Duration,
 
     /// Number of provisioner worker threads, in other words nr. of simultaneous CSI calls.
-    #[arg(long, value_name = "uint", default_value = "100", value_parser = go_uint)]
+    #[arg(long, value_name = "uint", default_value = "100", value_parser = flags::go_uint)]
     pub worker_threads: u32,
 
     /// Number of simultaneously running threads, handling cloning finalizer removal.
-    #[arg(long, value_name = "uint", default_value = "1", value_parser = go_uint)]
+    #[arg(long, value_name = "uint", default_value = "1", value_parser = flags::go_uint)]
     pub cloning_protection_threads: u32,
 
     /// Duration between snapshot orphan sweeps; 0 disables the sweep.
@@ -83,7 +81,7 @@ pub struct Args {
     pub snapshot_orphan_sweep_interval: Duration,
 
     /// Number of simultaneously running threads, handling CSIStorageCapacity objects.
-    #[arg(long, value_name = "uint", default_value = "1", value_parser = go_uint)]
+    #[arg(long, value_name = "uint", default_value = "1", value_parser = flags::go_uint)]
     pub capacity_threads: u32,
 
     /// Timeout for waiting for volume operation (creation, deletion, capacity queries).
@@ -171,43 +169,8 @@ pub struct Args {
     pub prevent_volume_mode_conversion: bool,
 
     /// A set of key=value pairs that describe feature gates for alpha/experimental features. Options are: Topology=true|false (GA - default=true), VolumeAttributesClass=true|false (GA - default=true), CrossNamespaceVolumeDataSource=true|false (ALPHA - default=false), ReleaseLeaderElectionOnExit=true|false (ALPHA - default=false), AllAlpha=true|false, AllBeta=true|false. May be repeated; values accumulate.
-    #[arg(long, value_name = "mapStringBool", value_parser = feature_gates)]
+    #[arg(long, value_name = "mapStringBool", value_parser = flags::feature_gates)]
     pub feature_gates: Vec<FeatureGates>,
-}
-
-/// One `--feature-gates` occurrence, `Key=bool,...`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FeatureGates(pub BTreeMap<String, bool>);
-
-/// Parses a `--feature-gates` value with component-base's rules: comma-separated items, each
-/// `Key=bool` (Go `strconv.ParseBool` syntax), whitespace around keys and values trimmed, empty
-/// items skipped.
-pub fn feature_gates(s: &str) -> Result<FeatureGates, String> {
-    let mut gates = BTreeMap::new();
-    for item in s.split(',') {
-        let item = item.trim();
-        if item.is_empty() {
-            continue;
-        }
-        let Some((key, value)) = item.split_once('=') else {
-            return Err(format!("missing bool value for {item}"));
-        };
-        let (key, value) = (key.trim(), value.trim());
-        let value =
-            flags::go_bool(value).map_err(|e| format!("invalid value of {key}={value}: {e}"))?;
-        gates.insert(key.to_owned(), value);
-    }
-    Ok(FeatureGates(gates))
-}
-
-/// Parses a Go `uint` flag value (`strconv.ParseUint(s, 0, ...)`): [`flags::go_int`] syntax
-/// without a sign.
-pub fn go_uint(s: &str) -> Result<u32, String> {
-    if s.starts_with('-') || s.starts_with('+') {
-        return Err(format!("invalid unsigned integer {s:?}"));
-    }
-    let value = flags::go_int(s)?;
-    u32::try_from(value).map_err(|_| format!("invalid unsigned integer {s:?}"))
 }
 
 /// Feature gate values after merging every occurrence (pflag's map flag: later keys win).
@@ -226,11 +189,7 @@ pub struct Gates {
 impl Args {
     /// Every `--feature-gates` occurrence merged, later keys winning.
     pub fn merged_feature_gates(&self) -> BTreeMap<String, bool> {
-        let mut merged = BTreeMap::new();
-        for occurrence in &self.feature_gates {
-            merged.extend(occurrence.0.iter().map(|(k, v)| (k.clone(), *v)));
-        }
-        merged
+        FeatureGates::merge(&self.feature_gates)
     }
 
     /// The gates the provisioner acts on, with `AllAlpha` applied to alpha gates that were
@@ -267,12 +226,11 @@ pub enum ConfigError {
         /// The feature it would enable.
         feature: &'static str,
     },
-    /// `--http-endpoint` together with `--metrics-address`, or a bad logging setting (exit 1).
+    /// A shared flag: `--http-endpoint` together with `--metrics-address`, a bad logging
+    /// setting, a `--csi-address` that is not a unix socket path, a negative
+    /// `--kube-api-burst` (exit 1).
     #[error(transparent)]
-    Flags(#[from] flags::Error),
-    /// `--csi-address` is not a unix socket path (exit 1).
-    #[error(transparent)]
-    Address(#[from] csi_common::connection::Error),
+    Common(#[from] SettingsError),
     /// `--worker-threads=0` would never process anything (exit 1).
     #[error("--worker-threads must be greater than 0")]
     NoWorkers,
@@ -293,9 +251,6 @@ pub enum ConfigError {
         /// `--retry-interval-max`.
         max: Duration,
     },
-    /// `--kube-api-burst` is negative.
-    #[error("--kube-api-burst must not be negative, got {0}")]
-    NegativeBurst(i32),
 }
 
 impl ConfigError {
@@ -304,13 +259,11 @@ impl ConfigError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Unsupported { .. } => 2,
-            Self::Flags(_)
-            | Self::Address(_)
-            | Self::NoWorkers
+            Self::Common(err) => err.exit_code(),
+            Self::NoWorkers
             | Self::UuidLength(_)
             | Self::EmptyPrefix
-            | Self::RetryIntervals { .. }
-            | Self::NegativeBurst(_) => 1,
+            | Self::RetryIntervals { .. } => 1,
         }
     }
 }
@@ -339,56 +292,6 @@ pub struct Config {
     pub log_grpc_calls: bool,
     /// Warnings to log once logging is up (accepted flags without effect).
     pub warnings: Vec<String>,
-}
-
-/// `--kubeconfig`, `--master`, `--kube-api-qps`, `--kube-api-burst`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KubeSettings {
-    /// `--kubeconfig` (empty: in-cluster unless `KUBECONFIG` is set).
-    pub kubeconfig: String,
-    /// `--master`: overrides the API server URL.
-    pub master: Option<String>,
-    /// `--kube-api-qps`.
-    pub qps: f32,
-    /// `--kube-api-burst`.
-    pub burst: u32,
-}
-
-/// Leader-election flags.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderElectionSettings {
-    /// `--leader-election-namespace` (empty: the pod's namespace).
-    pub namespace: String,
-    /// `--leader-election-lease-duration`.
-    pub lease_duration: Duration,
-    /// `--leader-election-renew-deadline`.
-    pub renew_deadline: Duration,
-    /// `--leader-election-retry-period`.
-    pub retry_period: Duration,
-    /// `--leader-election-labels`.
-    pub labels: BTreeMap<String, String>,
-}
-
-/// Diagnostics HTTP flags.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpSettings {
-    /// `--http-endpoint`: metrics plus `/healthz/leader-election`.
-    pub endpoint: Option<String>,
-    /// `--metrics-address` (deprecated): metrics only.
-    pub metrics_address: Option<String>,
-    /// `--metrics-path`.
-    pub metrics_path: String,
-}
-
-impl HttpSettings {
-    /// The address to listen on, if any, and whether the leader-election check is served there.
-    pub fn listen_address(&self) -> Option<(&str, bool)> {
-        match (&self.endpoint, &self.metrics_address) {
-            (Some(endpoint), _) => Some((endpoint, true)),
-            (None, Some(metrics)) => Some((metrics, false)),
-            (None, None) => None,
-        }
-    }
 }
 
 /// Flags that shape requests and PVs.
@@ -434,9 +337,8 @@ impl TryFrom<Args> for Config {
 
     fn try_from(args: Args) -> Result<Self, Self::Error> {
         refuse_unsupported(&args)?;
-        args.common.validate()?;
+        let common = CommonSettings::from_args(&args.common, Some(&args.master))?;
         let gates = args.gates();
-        let csi_address = CsiAddress::parse(&args.common.csi.csi_address)?;
         if args.worker_threads == 0 {
             return Err(ConfigError::NoWorkers);
         }
@@ -454,8 +356,6 @@ impl TryFrom<Args> for Config {
                 max: args.retry_interval_max,
             });
         }
-        let burst = u32::try_from(args.common.kube.kube_api_burst)
-            .map_err(|_| ConfigError::NegativeBurst(args.common.kube.kube_api_burst))?;
 
         let mut warnings = Vec::new();
         if args.enable_pprof {
@@ -469,32 +369,12 @@ impl TryFrom<Args> for Config {
             ));
         }
 
-        let common = args.common;
-        let leader_election = common.leader_election.leader_election.then(|| {
-            let le = &common.leader_election;
-            LeaderElectionSettings {
-                namespace: le.leader_election_namespace.clone(),
-                lease_duration: le.leader_election_lease_duration,
-                renew_deadline: le.leader_election_renew_deadline,
-                retry_period: le.leader_election_retry_period,
-                labels: le.labels(),
-            }
-        });
         Ok(Config {
-            csi_address,
+            csi_address: common.csi_address,
             timeout: args.timeout,
-            kube: KubeSettings {
-                kubeconfig: common.kube.kubeconfig,
-                master: non_empty(args.master),
-                qps: narrow_qps(common.kube.kube_api_qps),
-                burst,
-            },
-            leader_election,
-            http: HttpSettings {
-                endpoint: non_empty(common.http.http_endpoint),
-                metrics_address: non_empty(common.http.metrics_address),
-                metrics_path: common.http.metrics_path,
-            },
+            kube: common.kube,
+            leader_election: common.leader_election,
+            http: common.http,
             provisioning: ProvisioningSettings {
                 volume_name_prefix: args.volume_name_prefix,
                 volume_name_uuid_length: i64::from(args.volume_name_uuid_length),
@@ -512,7 +392,7 @@ impl TryFrom<Args> for Config {
                 max: args.retry_interval_max,
             },
             worker_threads: args.worker_threads as usize,
-            log_grpc_calls: common.logging.verbosity >= 5,
+            log_grpc_calls: common.log_grpc_calls,
             warnings,
         })
     }
@@ -570,19 +450,6 @@ fn refuse_unsupported(args: &Args) -> Result<(), ConfigError> {
         );
     }
     Ok(())
-}
-
-/// `--kube-api-qps` is a float64 flag upstream but client-go's rest config holds a float32.
-#[allow(
-    clippy::cast_possible_truncation,
-    reason = "client-go narrows the flag to float32 the same way"
-)]
-fn narrow_qps(qps: f64) -> f32 {
-    qps as f32
-}
-
-fn non_empty(s: String) -> Option<String> {
-    (!s.is_empty()).then_some(s)
 }
 
 #[cfg(test)]

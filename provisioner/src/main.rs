@@ -4,12 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use csi_common::leader;
+use csi_common::sidecar::TERMINATION_LOG;
 use provisioner::args::{Args, Config};
 use provisioner::{Environment, RunError};
-
-/// Where kubelet reads a container's last words (upstream writes the lost-connection message here).
-const TERMINATION_LOG: &str = "/dev/termination-log";
 
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -87,10 +84,11 @@ fn main() -> ExitCode {
                     error = csi_common::logging::error_chain(&err),
                     "csi-provisioner failed"
                 );
-                if matches!(err, RunError::ConnectionLost) {
+                if let RunError::Sidecar(err) = &err
+                    && let Some(message) = err.termination_message()
+                {
                     // Best effort, as upstream: the file only exists inside a container.
-                    let _ =
-                        std::fs::write(TERMINATION_LOG, "Lost connection to CSI driver, exiting");
+                    let _ = std::fs::write(TERMINATION_LOG, message);
                 }
                 ExitCode::from(err.exit_code())
             }
@@ -99,28 +97,16 @@ fn main() -> ExitCode {
 }
 
 /// Everything `run` needs from the process environment, read once here (the library never
-/// reads the environment itself).
+/// reads the environment itself). csi-provisioner, unlike the other sidecars, honours
+/// `KUBECONFIG`.
 fn environment(leader_election_namespace: Option<&str>) -> Environment {
-    let var = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
-    // Go's os.Hostname() reads the kernel's host name. In a pod HOSTNAME holds the same value
-    // (the pod name), so it is preferred: it also lets two replicas on one machine have
-    // distinct Lease identities, as they would in a cluster.
-    let hostname = var("HOSTNAME")
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_owned())
-                .filter(|h| !h.is_empty())
-        })
-        .unwrap_or_else(|| "localhost".to_owned());
-    let lease_namespace = leader::namespace_from(
-        leader_election_namespace,
-        &|key| std::env::var(key).ok(),
-        &|path| std::fs::read_to_string(path).ok(),
-    );
+    let var = |key: &str| std::env::var(key).ok();
     Environment {
-        hostname,
-        kubeconfig_env: var("KUBECONFIG").map(PathBuf::from),
-        lease_namespace,
+        kubeconfig_env: var("KUBECONFIG")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+        ..Environment::from_lookup(leader_election_namespace, &var, &|path| {
+            std::fs::read_to_string(path).ok()
+        })
     }
 }

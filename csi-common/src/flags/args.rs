@@ -57,6 +57,21 @@ pub struct KubeArgs {
     pub kube_api_burst: i32,
 }
 
+/// `--master`: the API server URL, of csi-provisioner and csi-resizer (each defines it in its
+/// own `main.go`, with the same help text; csi-attacher has no such flag).
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+#[command(about = None, long_about = None)]
+pub struct MasterArgs {
+    /// Master URL to build a client config from. Either this or kubeconfig needs to be set if the provisioner is being run out of cluster.
+    #[arg(
+        long,
+        value_name = "string",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub master: String,
+}
+
 /// Lease-based leader election flags (csi-lib-utils `leaderelection`).
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 #[command(about = None, long_about = None)]

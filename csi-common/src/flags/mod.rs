@@ -58,11 +58,13 @@ mod tests;
 
 pub use args::{
     CommonArgs, CsiAddressArgs, HttpArgs, KubeArgs, LeaderElectionArgs, LogFormat, LoggingArgs,
+    MasterArgs,
 };
 pub use argv::{normalize_args, parse};
 pub use values::{
-    LeaseLabels, Quantity, VModule, VModuleItem, format_go_duration, go_bool, go_bool_func,
-    go_duration, go_int, lease_labels, quantity, verbosity_level, vmodule,
+    FeatureGates, LeaseLabels, Quantity, VModule, VModuleItem, feature_gates, format_go_duration,
+    go_bool, go_bool_func, go_duration, go_int, go_uint, lease_labels, quantity, verbosity_level,
+    vmodule,
 };
 
 /// Flag combinations that parse but are invalid; upstream reports these after parsing and

@@ -611,6 +611,41 @@ fn go_int_follows_parse_int_base_0() {
 }
 
 #[test]
+fn go_uint_is_go_int_without_a_sign() {
+    for (input, want) in [
+        ("100", Ok(100)),
+        ("0x10", Ok(16)),
+        ("0", Ok(0)),
+        ("-1", Err(())),
+        ("+1", Err(())),
+        ("ten", Err(())),
+    ] {
+        assert_eq!(go_uint(input).map_err(|_| ()), want, "{input:?}");
+    }
+}
+
+#[test]
+fn feature_gates_follow_component_base_syntax_and_later_values_win() {
+    let first = feature_gates(" Topology = false ,, AllAlpha=T").unwrap();
+    assert_eq!(
+        first.0,
+        BTreeMap::from([
+            ("AllAlpha".to_owned(), true),
+            ("Topology".to_owned(), false)
+        ])
+    );
+    let second = feature_gates("Topology=1").unwrap();
+    assert_eq!(
+        FeatureGates::merge([&first, &second]),
+        BTreeMap::from([("AllAlpha".to_owned(), true), ("Topology".to_owned(), true)])
+    );
+    assert_eq!(feature_gates("").unwrap(), FeatureGates::default());
+    for bad in ["Topology", "Topology=yes", "Topology=true,WatchList"] {
+        assert!(feature_gates(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
 fn quantity_checks_kubernetes_syntax_and_zero() {
     for (input, zero) in [
         ("0", true),

@@ -279,6 +279,16 @@ pub fn go_int(s: &str) -> Result<i32, String> {
     i32::try_from(value).map_err(|_| format!("integer {s:?} is out of range"))
 }
 
+/// Parses a Go `uint` flag value (`strconv.ParseUint(s, 0, ...)`, csi-provisioner's and
+/// csi-attacher's `--worker-threads`): [`go_int`] syntax without a sign.
+pub fn go_uint(s: &str) -> Result<u32, String> {
+    if s.starts_with('-') || s.starts_with('+') {
+        return Err(format!("invalid unsigned integer {s:?}"));
+    }
+    let value = go_int(s)?;
+    u32::try_from(value).map_err(|_| format!("invalid unsigned integer {s:?}"))
+}
+
 /// Parses a klog verbosity level (`-v`): a non-negative decimal integer, as component-base's
 /// `VerbosityLevel` flag does with `strconv.ParseUint(s, 10, 32)`.
 pub fn verbosity_level(s: &str) -> Result<u32, String> {
@@ -352,6 +362,42 @@ pub fn lease_labels(s: &str) -> Result<LeaseLabels, String> {
         map.insert((*key).to_owned(), (*value).to_owned());
     }
     Ok(LeaseLabels(map))
+}
+
+/// One `--feature-gates` occurrence, `Key=bool,...` (component-base `mapStringBool`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FeatureGates(pub BTreeMap<String, bool>);
+
+impl FeatureGates {
+    /// Every occurrence merged in command-line order, a later value for the same gate winning
+    /// (pflag's map flag writes into one map).
+    pub fn merge<'a>(occurrences: impl IntoIterator<Item = &'a Self>) -> BTreeMap<String, bool> {
+        let mut merged = BTreeMap::new();
+        for occurrence in occurrences {
+            merged.extend(occurrence.0.iter().map(|(k, v)| (k.clone(), *v)));
+        }
+        merged
+    }
+}
+
+/// Parses a `--feature-gates` value with component-base's rules: comma-separated items, each
+/// `Key=bool` ([`go_bool`] syntax), whitespace around keys and values trimmed, empty items
+/// skipped.
+pub fn feature_gates(s: &str) -> Result<FeatureGates, String> {
+    let mut gates = BTreeMap::new();
+    for item in s.split(',') {
+        let item = item.trim();
+        if item.is_empty() {
+            continue;
+        }
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(format!("missing bool value for {item}"));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        let value = go_bool(value).map_err(|e| format!("invalid value of {key}={value}: {e}"))?;
+        gates.insert(key.to_owned(), value);
+    }
+    Ok(FeatureGates(gates))
 }
 
 /// A Kubernetes `resource.Quantity` as accepted on the command line (the logging

@@ -11,7 +11,7 @@ fn config(argv: &[&str]) -> Result<Config, ConfigError> {
 #[test]
 fn defaults_match_upstream() {
     let args = parse(&[]).unwrap();
-    assert_eq!(args.master, "");
+    assert_eq!(args.master.master, "");
     assert_eq!(args.volume_name_prefix, "pvc");
     assert_eq!(args.volume_name_uuid_length, -1);
     assert_eq!(args.retry_interval_start, Duration::from_secs(1));

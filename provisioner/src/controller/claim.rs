@@ -13,7 +13,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -31,6 +30,7 @@ use crate::plan_error::{POPULATOR_EVENT_MESSAGE, PlanError, ProvisioningState};
 use crate::pv::{BuildPvError, build_pv};
 use crate::request::{ProvisionInputs, ProvisionPlan, plan_provision};
 use crate::topology::TopologyView;
+use csi_common::controller::Outcome;
 use csi_common::events::{EventType, reference};
 use csi_common::secrets;
 use csi_common::status::CsiError;
@@ -44,33 +44,6 @@ use super::{ClaimKey, Context};
 /// How many DeleteVolume attempts clean up a volume that came back unusable (upstream: 5 within
 /// one `--timeout`).
 const CLEANUP_ATTEMPTS: u32 = 5;
-
-/// What to do with the work item after an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// Done (or waiting for the claim to change): forget the backoff.
-    Done,
-    /// Failed: retry after the item's exponential backoff.
-    Retry,
-    /// Retry after exactly this long (infeasible window).
-    RetryAfter(Duration),
-}
-
-/// One `claims` worker.
-pub(crate) async fn worker<D: VolumeDriver>(ctx: Arc<Context<D>>) {
-    while let Some(key) = ctx.claims.get().await {
-        let outcome = sync(&ctx, &key).await;
-        match outcome {
-            Outcome::Done => ctx.claims.forget(&key),
-            Outcome::Retry => {
-                let delay = ctx.claims.add_rate_limited(key.clone());
-                tracing::debug!(claim = %format_args!("{}/{}", key.namespace, key.name), ?delay, "retrying claim");
-            }
-            Outcome::RetryAfter(delay) => ctx.claims.add_after(key.clone(), delay),
-        }
-        ctx.claims.done(&key);
-    }
-}
 
 /// One attempt for `key`: the cached claim if it still exists (same UID), else the stored copy
 /// of a claim in progress.

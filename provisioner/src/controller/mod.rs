@@ -33,6 +33,7 @@ use crate::args::{Config, RetrySettings};
 use crate::csi::VolumeDriver;
 use crate::metrics::ControllerMetrics;
 use crate::request::ProvisionOptions;
+use csi_common::controller::Workers;
 use csi_common::events::EventRecorder;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
 
@@ -46,13 +47,7 @@ const UNSAVED_WORKERS: usize = 4;
 /// client-go `DefaultControllerRateLimiter`'s per-item backoff, used for `unsavedpvs`.
 const UNSAVED_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1000));
 
-/// The controllers failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A worker task panicked.
-    #[error("a controller worker stopped unexpectedly")]
-    Worker(#[source] tokio::task::JoinError),
-}
+pub(crate) use csi_common::controller::Error;
 
 /// What the controllers need besides the caches they build themselves.
 pub(crate) struct ControllerDeps<D> {
@@ -284,25 +279,10 @@ pub(crate) async fn run<D: VolumeDriver>(
     let retry = settings.retry;
     let mut background = tokio::task::JoinSet::new();
 
-    let (claims, delays) =
-        WorkQueue::new(retry.start, retry.max, workqueue_metrics.queue("claims"));
-    background.spawn(delays);
-    let (volumes, delays) =
-        WorkQueue::new(retry.start, retry.max, workqueue_metrics.queue("volumes"));
-    background.spawn(delays);
-    let (unsaved_queue, delays) = WorkQueue::new(
-        UNSAVED_BACKOFF.0,
-        UNSAVED_BACKOFF.1,
-        workqueue_metrics.queue("unsavedpvs"),
-    );
-    background.spawn(delays);
-    for (name, probe) in [
-        ("claims", processing_probe(&claims)),
-        ("volumes", processing_probe(&volumes)),
-        ("unsavedpvs", processing_probe(&unsaved_queue)),
-    ] {
-        workqueue_metrics.observe_processing(name, probe);
-    }
+    let mut workers = Workers::new(workqueue_metrics);
+    let claims = workers.queue("claims", retry.start, retry.max);
+    let volumes = workers.queue("volumes", retry.start, retry.max);
+    let unsaved_queue = workers.queue("unsavedpvs", UNSAVED_BACKOFF.0, UNSAVED_BACKOFF.1);
 
     let in_progress = Arc::new(InProgress::default());
     let deleted = Arc::new(DeletedVolumes::default());
@@ -344,54 +324,36 @@ pub(crate) async fn run<D: VolumeDriver>(
     tokio::select! {
         () = ctx.stores.ready() => tracing::info!("caches synced, starting controllers"),
         () = &mut stop => {
-            shut_down(&ctx);
+            workers.shut_down().await;
             background.shutdown().await;
             return Ok(());
         }
     }
 
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..ctx.settings.worker_threads {
-        workers.spawn(claim::worker(Arc::clone(&ctx)));
-        workers.spawn(volume::worker(Arc::clone(&ctx)));
-    }
-    for _ in 0..UNSAVED_WORKERS {
-        workers.spawn(save::worker(Arc::clone(&ctx)));
-    }
+    let threads = ctx.settings.worker_threads;
+    workers.spawn(
+        &ctx.claims,
+        threads,
+        &ctx,
+        |ctx, key: ClaimKey| async move { claim::sync(&ctx, &key).await },
+    );
+    workers.spawn(
+        &ctx.volumes,
+        threads,
+        &ctx,
+        |ctx, name: String| async move { volume::sync(&ctx, &name).await },
+    );
+    workers.spawn(
+        &ctx.unsaved.queue,
+        UNSAVED_WORKERS,
+        &ctx,
+        |ctx, name: String| async move { save::sync(&ctx, &name).await },
+    );
 
-    let result = tokio::select! {
-        () = &mut stop => Ok(()),
-        Some(Err(err)) = workers.join_next() => Err(Error::Worker(err)),
-    };
-    shut_down(&ctx);
     // Workers finish the item in hand (each CSI call is bounded by --timeout) and return.
-    while let Some(joined) = workers.join_next().await {
-        if let Err(err) = joined
-            && err.is_panic()
-        {
-            tracing::error!(error = %err, "worker panicked");
-        }
-    }
+    let result = workers.run_until(stop).await;
     background.shutdown().await;
     result
-}
-
-fn shut_down<D>(ctx: &Context<D>) {
-    ctx.claims.shut_down();
-    ctx.volumes.shut_down();
-    ctx.unsaved.queue.shut_down();
-}
-
-fn processing_probe<K>(queue: &Arc<WorkQueue<K>>) -> csi_common::workqueue::metrics::ProcessingProbe
-where
-    K: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
-{
-    let queue = Arc::downgrade(queue);
-    Arc::new(move || {
-        queue
-            .upgrade()
-            .map_or((0.0, 0.0), |q| q.processing_seconds())
-    })
 }
 
 #[cfg(test)]

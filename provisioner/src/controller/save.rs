@@ -21,6 +21,7 @@ use proto::csi::v1::DeleteVolumeRequest;
 
 use crate::csi::VolumeDriver;
 use crate::decide::volume_handle;
+use csi_common::controller::Outcome;
 use csi_common::events::EventType;
 
 use super::secrets::deletion_secrets;
@@ -197,25 +198,22 @@ pub(crate) async fn store<D: VolumeDriver>(ctx: &Context<D>, pending: PendingVol
     }
 }
 
-/// One `unsavedpvs` worker.
-pub(crate) async fn worker<D: VolumeDriver>(ctx: Arc<Context<D>>) {
-    while let Some(name) = ctx.unsaved.queue.get().await {
-        if let Some(pending) = ctx.unsaved.get(&name) {
-            match attempt(&ctx, &pending).await {
-                Attempt::Saved => {
-                    ctx.unsaved.remove(&name);
-                    ctx.unsaved.queue.forget(&name);
-                    saved(&ctx, &pending);
-                }
-                Attempt::Abandoned => {
-                    ctx.unsaved.remove(&name);
-                    ctx.unsaved.queue.forget(&name);
-                }
-                Attempt::Failed => {
-                    ctx.unsaved.queue.add_rate_limited(name.clone());
-                }
-            }
+/// One `unsavedpvs` pass over PV `name`: saved, or abandoned with its claim, is done; a
+/// failure is retried with the queue's backoff.
+pub(crate) async fn sync<D: VolumeDriver>(ctx: &Context<D>, name: &str) -> Outcome {
+    let Some(pending) = ctx.unsaved.get(name) else {
+        return Outcome::Done;
+    };
+    match attempt(ctx, &pending).await {
+        Attempt::Saved => {
+            ctx.unsaved.remove(name);
+            saved(ctx, &pending);
+            Outcome::Done
         }
-        ctx.unsaved.queue.done(&name);
+        Attempt::Abandoned => {
+            ctx.unsaved.remove(name);
+            Outcome::Done
+        }
+        Attempt::Failed => Outcome::Retry,
     }
 }

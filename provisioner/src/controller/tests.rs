@@ -278,6 +278,20 @@ impl Harness {
             .map_or(0, |value| value.parse().unwrap())
     }
 
+    /// Waits until `queue` has finished every item added to it so far (as many
+    /// `workqueue_work_duration_seconds` observations as `workqueue_adds_total`): whatever
+    /// the syncs of those items were going to write is written.
+    async fn processed(&self, queue: &str) {
+        let adds = format!(r#"workqueue_adds_total{{name="{queue}"}}"#);
+        let done = format!(r#"workqueue_work_duration_seconds_count{{name="{queue}"}}"#);
+        eventually(
+            &format!("the {queue} queue to finish its work"),
+            WAIT,
+            async || (self.counter(&done) == self.counter(&adds)).then_some(()),
+        )
+        .await;
+    }
+
     async fn events(&self, reason: &str) -> Vec<Event> {
         Api::<Event>::namespaced(self.client.clone(), "default")
             .list(&ListParams::default())
@@ -323,6 +337,10 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// The claim queue's adds counter: one per claim event that queued work.
 const CLAIM_ADDS: &str = r#"workqueue_adds_total{name="claims"}"#;
+/// The volume queue's adds counter.
+const VOLUME_ADDS: &str = r#"workqueue_adds_total{name="volumes"}"#;
+/// PVs that could not be saved at once and wait in the `unsavedpvs` queue.
+const UNSAVED_ADDS: &str = r#"workqueue_adds_total{name="unsavedpvs"}"#;
 
 fn uid(claim: &PersistentVolumeClaim) -> String {
     claim.metadata.uid.clone().unwrap()
@@ -476,11 +494,13 @@ async fn a_claim_deleted_during_a_timed_out_create_does_not_leak_its_volume() {
     );
     assert_eq!(h.driver.deletes()[0].volume_id, format!("vol-{pv_name}"));
     assert!(h.driver.volumes().is_empty());
-    tokio::time::sleep(MAX).await;
+    // The sync that cleaned up has returned: any PV it was going to write is written.
+    h.processed("claims").await;
     assert!(
         h.volumes().get_opt(&pv_name).await.unwrap().is_none(),
         "no PV for a deleted claim"
     );
+    assert_eq!(h.counter(UNSAVED_ADDS), 0, "no PV waiting to be saved");
     h.stop().await;
 }
 
@@ -524,8 +544,9 @@ async fn a_claim_deleted_while_create_volume_is_in_flight_does_not_leak_its_volu
         1,
         "the create that succeeded is not repeated"
     );
-    tokio::time::sleep(MAX).await;
+    h.processed("claims").await;
     assert!(h.volumes().get_opt(&pv_name).await.unwrap().is_none());
+    assert_eq!(h.counter(UNSAVED_ADDS), 0, "no PV waiting to be saved");
     h.stop().await;
 }
 
@@ -741,7 +762,12 @@ async fn a_retained_volume_never_reaches_the_driver_and_loses_our_finalizer() {
             .then_some(())
     })
     .await;
-    tokio::time::sleep(MAX).await;
+    // The PATCH comes back as an update of the PV; its sync sees the PV without our finalizer.
+    eventually("the update queued", WAIT, async || {
+        (h.counter(VOLUME_ADDS) >= 2).then_some(())
+    })
+    .await;
+    h.processed("volumes").await;
     assert!(h.driver.deletes().is_empty());
     h.stop().await;
 }
@@ -849,9 +875,24 @@ async fn a_claim_being_deleted_gets_no_volume() {
         .replace("leaving", &PostParams::default(), &claim)
         .await
         .unwrap();
-    tokio::time::sleep(MAX).await;
-    assert!(
-        h.driver.creates().is_empty(),
+    // Claim events reach the queue in order: once a claim created after the edit is
+    // provisioned, the edit has been queued too, and then every queued claim is synced.
+    let sentinel = h.create_claim("sentinel").await;
+    let sentinel_pv = format!("pvc-{}", uid(&sentinel));
+    eventually("the sentinel's PV", WAIT, async || {
+        h.volumes().get_opt(&sentinel_pv).await.unwrap()
+    })
+    .await;
+    h.processed("claims").await;
+    let creates: Vec<String> = h
+        .driver
+        .creates()
+        .into_iter()
+        .map(|(_, request)| request.name)
+        .collect();
+    assert_eq!(
+        creates,
+        [sentinel_pv],
         "no CreateVolume for a claim being deleted"
     );
     h.stop().await;

@@ -8,8 +8,6 @@
 //! "persistentvolume X is still attached to node Y"); the deletion is retried when the
 //! attachment goes away or after the backoff.
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -20,25 +18,11 @@ use tokio::time::Instant;
 use crate::annotations::{PV_FINALIZER, pv_class_name};
 use crate::csi::VolumeDriver;
 use crate::decide::{VolumeStep, decide_volume, volume_handle};
+use csi_common::controller::Outcome;
 use csi_common::events::{EventType, reference};
 
 use super::Context;
-use super::claim::Outcome;
 use super::secrets::deletion_secrets;
-
-/// One `volumes` worker.
-pub(crate) async fn worker<D: VolumeDriver>(ctx: Arc<Context<D>>) {
-    while let Some(name) = ctx.volumes.get().await {
-        match sync(&ctx, &name).await {
-            Outcome::Done => ctx.volumes.forget(&name),
-            Outcome::Retry => {
-                ctx.volumes.add_rate_limited(name.clone());
-            }
-            Outcome::RetryAfter(delay) => ctx.volumes.add_after(name.clone(), delay),
-        }
-        ctx.volumes.done(&name);
-    }
-}
 
 /// One pass over PV `name`.
 pub(crate) async fn sync<D: VolumeDriver>(ctx: &Context<D>, name: &str) -> Outcome {
