@@ -25,5 +25,7 @@ pub mod rpc_log;
 pub mod runtime;
 pub mod shutdown;
 pub mod status;
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 pub mod version;
 pub mod workqueue;

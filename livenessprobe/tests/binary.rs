@@ -12,8 +12,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use testbed::http_client::{self, HttpResponse};
-use testbed::mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
+use testbed_mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
+use testbed_support::http_client::{self, HttpResponse};
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_livenessprobe");

@@ -24,7 +24,7 @@ use proto::csi::v1::volume_capability::access_mode::Mode;
 use proto::csi::v1::{CreateVolumeRequest, DeleteVolumeRequest};
 use serde_json::json;
 use support::*;
-use testbed::mock_csi::{ControllerRpc, Fault, Method, When};
+use testbed_mock_csi::{ControllerRpc, Fault, Method, When};
 use tonic::Code;
 
 /// Generous: the tests run in parallel on small CI machines.
@@ -1126,7 +1126,7 @@ async fn version_is_the_crate_version_and_the_git_revision() {
         .await
         .unwrap();
     assert_eq!(output.status.code(), Some(0));
-    let expected = testbed::version::expected(
+    let expected = testbed_support::version::expected(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
         env!("CARGO_PKG_VERSION"),
     );

@@ -1,5 +1,5 @@
 //! Whole-binary tests: the real `csi-node-driver-registrar` executable between the workspace's
-//! mock CSI driver and the fake kubelet plugin watcher (`testbed::kubelet`), all on temp-dir
+//! mock CSI driver and the fake kubelet plugin watcher (`testbed_kubelet`), all on temp-dir
 //! unix sockets, with `/healthz` observed over real HTTP as kubelet's liveness probe sees it.
 
 #![allow(
@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use testbed::grpc_dial::Authority;
-use testbed::http_client::{self, HttpResponse};
-use testbed::kubelet::{FakeKubelet, KubeletConfig, KubeletEvent, NotifyOutcome, Verdict};
-use testbed::mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
-use testbed::wait::eventually;
+use testbed_kubelet::grpc_dial::Authority;
+use testbed_kubelet::{FakeKubelet, KubeletConfig, KubeletEvent, NotifyOutcome, Verdict};
+use testbed_mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
+use testbed_support::http_client::{self, HttpResponse};
+use testbed_support::wait::eventually;
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_csi-node-driver-registrar");
@@ -593,7 +593,7 @@ async fn version_prints_argv0_and_the_version_with_either_dash_form() {
             stdout,
             format!(
                 "{BIN} {}\n",
-                testbed::version::expected(
+                testbed_support::version::expected(
                     Path::new(env!("CARGO_MANIFEST_DIR")),
                     env!("CARGO_PKG_VERSION")
                 )

@@ -26,9 +26,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
-use testbed::apiserver::{ApiServer, Listening};
-use testbed::kcm::{self, ControllerManager};
-use testbed::mock_csi::{
+use testbed_cluster::apiserver::{ApiServer, Listening};
+use testbed_cluster::kcm::{self, ControllerManager};
+use testbed_mock_csi::{
     DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, MockDriver, MockDriverConfig, MockDriverHandle,
 };
 use tokio::process::{Child, Command};
@@ -267,7 +267,7 @@ pub(crate) fn claim(name: &str, class: &str, size: &str) -> PersistentVolumeClai
     }
 }
 
-pub(crate) use testbed::wait::eventually;
+pub(crate) use testbed_support::wait::eventually;
 
 pub(crate) fn free_port() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -320,8 +320,11 @@ impl Provisioner {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    pub(crate) async fn get(&self, path: &str) -> Option<testbed::http_client::HttpResponse> {
-        testbed::http_client::get(self.http, path, Duration::from_secs(5))
+    pub(crate) async fn get(
+        &self,
+        path: &str,
+    ) -> Option<testbed_support::http_client::HttpResponse> {
+        testbed_support::http_client::get(self.http, path, Duration::from_secs(5))
             .await
             .ok()
     }
