@@ -621,3 +621,299 @@ fn volume_ids_are_deterministic_per_name_and_distinct_across_names() {
     let groups: Vec<usize> = id.split('-').map(str::len).collect();
     assert_eq!(groups, [8, 4, 4, 4, 12]);
 }
+
+/// A config with the optional RPCs that the default leaves off: ControllerGetVolume,
+/// ControllerModifyVolume, volume conditions and NodeGetVolumeStats.
+fn with_optional_rpcs() -> MockDriverConfig {
+    let mut cfg = MockDriverConfig::default();
+    cfg.controller_capabilities.extend([
+        ControllerRpc::GetVolume,
+        ControllerRpc::ModifyVolume,
+        ControllerRpc::VolumeCondition,
+    ]);
+    cfg.node_capabilities
+        .extend([NodeRpc::GetVolumeStats, NodeRpc::VolumeCondition]);
+    cfg
+}
+
+// CSI spec, ValidateVolumeCapabilities: volume_id and volume_capabilities are REQUIRED
+// (INVALID_ARGUMENT), an unknown volume is NOT_FOUND, and `confirmed` echoes what was
+// validated. A capability without an access type is refused as csi-driver-host-path does.
+#[test]
+fn validate_volume_capabilities_confirms_known_volumes_and_echoes_the_request() {
+    let cfg = MockDriverConfig::default();
+    let mut t = VolumeTable::default();
+    let vol = created(&mut t, &cfg, "a", GI);
+    let request = |volume_id: &str, caps: Vec<csi::VolumeCapability>| {
+        csi::ValidateVolumeCapabilitiesRequest {
+            volume_id: volume_id.into(),
+            volume_capabilities: caps,
+            parameters: [("type".to_owned(), "fast".to_owned())]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        }
+    };
+    let confirmed = t
+        .validate_capabilities(request(&vol.volume_id, vec![mount_cap()]))
+        .unwrap()
+        .confirmed
+        .expect("confirmed");
+    assert_eq!(confirmed.volume_capabilities, [mount_cap()]);
+    assert_eq!(
+        confirmed.parameters.get("type").map(String::as_str),
+        Some("fast")
+    );
+    assert_eq!(
+        code(t.validate_capabilities(request("", vec![mount_cap()]))),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(t.validate_capabilities(request(&vol.volume_id, vec![]))),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(t.validate_capabilities(request("missing", vec![mount_cap()]))),
+        Code::NotFound
+    );
+    let no_access_type = csi::VolumeCapability {
+        access_type: None,
+        ..mount_cap()
+    };
+    assert_eq!(
+        code(t.validate_capabilities(request(&vol.volume_id, vec![no_access_type]))),
+        Code::InvalidArgument
+    );
+}
+
+// CSI spec, ControllerGetVolume: only with the GET_VOLUME capability; an unknown volume is
+// NOT_FOUND; `status.published_node_ids` lists the nodes the volume is published to and
+// `volume_condition` is set only with the VOLUME_CONDITION capability.
+#[test]
+fn controller_get_volume_reports_the_volume_its_nodes_and_its_condition() {
+    let cfg = with_optional_rpcs();
+    let mut t = VolumeTable::default();
+    let vol = created(&mut t, &cfg, "a", GI);
+    t.controller_publish(&cfg, &publish(&vol.volume_id, DEFAULT_NODE_ID))
+        .unwrap();
+    let get = csi::ControllerGetVolumeRequest {
+        volume_id: vol.volume_id.clone(),
+    };
+    let got = t.controller_get_volume(&cfg, &get).unwrap();
+    assert_eq!(got.volume.as_ref(), Some(&vol));
+    let status = got.status.expect("status");
+    assert_eq!(status.published_node_ids, [DEFAULT_NODE_ID]);
+    assert!(!status.volume_condition.expect("condition").abnormal);
+
+    let missing = csi::ControllerGetVolumeRequest {
+        volume_id: "missing".into(),
+    };
+    assert_eq!(
+        code(t.controller_get_volume(&cfg, &missing)),
+        Code::NotFound
+    );
+
+    let without_condition = MockDriverConfig {
+        controller_capabilities: vec![ControllerRpc::GetVolume],
+        ..MockDriverConfig::default()
+    };
+    let status = t
+        .controller_get_volume(&without_condition, &get)
+        .unwrap()
+        .status
+        .expect("status");
+    assert_eq!(status.volume_condition, None);
+    assert_eq!(
+        code(t.controller_get_volume(&MockDriverConfig::default(), &get)),
+        Code::Unimplemented
+    );
+}
+
+// CSI spec, ControllerModifyVolume: only with the MODIFY_VOLUME capability; volume_id and
+// mutable_parameters are REQUIRED; an unknown volume is NOT_FOUND. The mock keeps the new
+// parameters, so a test can see what the resizer asked for.
+#[test]
+fn controller_modify_volume_stores_the_mutable_parameters() {
+    let cfg = with_optional_rpcs();
+    let mut t = VolumeTable::default();
+    let vol = created(&mut t, &cfg, "a", GI);
+    let modify = |volume_id: &str, params: &[(&str, &str)]| csi::ControllerModifyVolumeRequest {
+        volume_id: volume_id.into(),
+        mutable_parameters: params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..Default::default()
+    };
+    t.controller_modify(&cfg, &modify(&vol.volume_id, &[("iops", "3000")]))
+        .unwrap();
+    assert_eq!(
+        t.snapshot()[0]
+            .mutable_parameters
+            .get("iops")
+            .map(String::as_str),
+        Some("3000")
+    );
+    assert_eq!(
+        code(t.controller_modify(&cfg, &modify(&vol.volume_id, &[]))),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(t.controller_modify(&cfg, &modify("missing", &[("iops", "1")]))),
+        Code::NotFound
+    );
+    assert_eq!(
+        code(t.controller_modify(
+            &MockDriverConfig::default(),
+            &modify(&vol.volume_id, &[("iops", "1")])
+        )),
+        Code::Unimplemented
+    );
+}
+
+// CSI spec, NodeStageVolume / NodeUnstageVolume: staging_target_path is REQUIRED; staging an
+// unknown volume is NOT_FOUND; both are idempotent, and unstaging a volume that is not staged
+// at that path replies OK.
+#[test]
+fn node_stage_and_unstage_are_idempotent() {
+    let cfg = MockDriverConfig::default();
+    let mut t = VolumeTable::default();
+    let vol = created(&mut t, &cfg, "a", GI);
+    let stage = |volume_id: &str, path: &str| csi::NodeStageVolumeRequest {
+        volume_id: volume_id.into(),
+        staging_target_path: path.into(),
+        volume_capability: Some(mount_cap()),
+        ..Default::default()
+    };
+    let unstage = |volume_id: &str, path: &str| csi::NodeUnstageVolumeRequest {
+        volume_id: volume_id.into(),
+        staging_target_path: path.into(),
+    };
+    t.node_stage(&cfg, &stage(&vol.volume_id, "/stage"))
+        .unwrap();
+    t.node_stage(&cfg, &stage(&vol.volume_id, "/stage"))
+        .unwrap();
+    assert_eq!(t.snapshot()[0].staged_paths.len(), 1);
+    assert_eq!(
+        code(t.node_stage(&cfg, &stage("missing", "/stage"))),
+        Code::NotFound
+    );
+    assert_eq!(
+        code(t.node_stage(&cfg, &stage(&vol.volume_id, ""))),
+        Code::InvalidArgument
+    );
+    t.node_unstage(&cfg, &unstage(&vol.volume_id, "/stage"))
+        .unwrap();
+    t.node_unstage(&cfg, &unstage(&vol.volume_id, "/stage"))
+        .unwrap();
+    t.node_unstage(&cfg, &unstage("missing", "/stage")).unwrap();
+    assert!(t.snapshot()[0].staged_paths.is_empty());
+    assert_eq!(
+        code(t.node_unstage(&cfg, &unstage(&vol.volume_id, ""))),
+        Code::InvalidArgument
+    );
+}
+
+// CSI spec, NodeUnpublishVolume: target_path is REQUIRED; an unknown volume is NOT_FOUND;
+// unpublishing a volume that is not published at the target path replies OK.
+#[test]
+fn node_unpublish_is_idempotent_and_not_found_for_unknown_volumes() {
+    let cfg = MockDriverConfig::default();
+    let mut t = VolumeTable::default();
+    let vol = created(&mut t, &cfg, "a", GI);
+    let unpublish = |volume_id: &str, path: &str| csi::NodeUnpublishVolumeRequest {
+        volume_id: volume_id.into(),
+        target_path: path.into(),
+    };
+    t.node_unpublish(&unpublish(&vol.volume_id, "/never-published"))
+        .unwrap();
+    assert_eq!(
+        code(t.node_unpublish(&unpublish("missing", "/target"))),
+        Code::NotFound
+    );
+    assert_eq!(
+        code(t.node_unpublish(&unpublish(&vol.volume_id, ""))),
+        Code::InvalidArgument
+    );
+}
+
+// CSI spec, NodeGetVolumeStats: only with the GET_VOLUME_STATS capability; volume_path is
+// REQUIRED; an unknown volume is NOT_FOUND; `volume_condition` only with VOLUME_CONDITION.
+#[test]
+fn node_get_volume_stats_reports_the_capacity_in_bytes() {
+    let cfg = with_optional_rpcs();
+    let mut t = VolumeTable::default();
+    let vol = created(&mut t, &cfg, "a", GI);
+    let stats = |volume_id: &str, path: &str| csi::NodeGetVolumeStatsRequest {
+        volume_id: volume_id.into(),
+        volume_path: path.into(),
+        ..Default::default()
+    };
+    let got = t
+        .node_volume_stats(&cfg, &stats(&vol.volume_id, "/target"))
+        .unwrap();
+    assert_eq!(
+        got.usage,
+        [csi::VolumeUsage {
+            available: GI,
+            total: GI,
+            used: 0,
+            unit: csi::volume_usage::Unit::Bytes.into(),
+        }]
+    );
+    assert!(!got.volume_condition.expect("condition").abnormal);
+    assert_eq!(
+        code(t.node_volume_stats(&cfg, &stats("missing", "/target"))),
+        Code::NotFound
+    );
+    assert_eq!(
+        code(t.node_volume_stats(&cfg, &stats(&vol.volume_id, ""))),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(t.node_volume_stats(
+            &MockDriverConfig::default(),
+            &stats(&vol.volume_id, "/target")
+        )),
+        Code::Unimplemented
+    );
+}
+
+// CSI spec, NodeExpandVolume: only with the node EXPAND_VOLUME capability; volume_path is
+// REQUIRED; an unknown volume is NOT_FOUND. The reply carries the size ControllerExpandVolume
+// gave the volume.
+#[test]
+fn node_expand_volume_reports_the_size_the_controller_expanded_to() {
+    let cfg = MockDriverConfig::default();
+    let mut t = VolumeTable::default();
+    let vol = created(&mut t, &cfg, "a", GI);
+    t.controller_expand(&cfg, &expand(&vol.volume_id, 2 * GI))
+        .unwrap();
+    let node_expand = |volume_id: &str, path: &str| csi::NodeExpandVolumeRequest {
+        volume_id: volume_id.into(),
+        volume_path: path.into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        t.node_expand(&cfg, &node_expand(&vol.volume_id, "/target"))
+            .unwrap()
+            .capacity_bytes,
+        2 * GI
+    );
+    assert_eq!(
+        code(t.node_expand(&cfg, &node_expand("missing", "/target"))),
+        Code::NotFound
+    );
+    assert_eq!(
+        code(t.node_expand(&cfg, &node_expand(&vol.volume_id, ""))),
+        Code::InvalidArgument
+    );
+    let without = MockDriverConfig {
+        node_capabilities: vec![],
+        ..MockDriverConfig::default()
+    };
+    assert_eq!(
+        code(t.node_expand(&without, &node_expand(&vol.volume_id, "/target"))),
+        Code::Unimplemented
+    );
+}
