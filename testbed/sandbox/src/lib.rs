@@ -10,7 +10,6 @@
 //! period) and killed on drop; their logs stay in the work dir for inspection.
 
 pub mod flows;
-pub mod process;
 pub mod report;
 pub mod sidecars;
 
@@ -28,12 +27,12 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use flows::{Flow, FlowError};
-use process::ChildProcess;
 use report::{FlowReport, Highlight, Outcome, Report, SidecarReport};
 use sidecars::{LaunchContext, SidecarSpec};
 use testbed_cluster::apiserver::{ApiServer, Listening};
 use testbed_cluster::kcm::{self, ControllerManager};
 use testbed_support::http_client;
+use testbed_support::process::{self, ChildProcess};
 
 /// Namespace the sandbox's claims live in.
 pub const NAMESPACE: &str = "sandbox";

@@ -30,7 +30,7 @@ use testbed_cluster::kcm::{self, ControllerManager};
 use testbed_mock_csi::{
     DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, MockDriver, MockDriverConfig,
 };
-use testbed_sandbox::process::{self, ChildProcess};
+use testbed_support::process::{self, ChildProcess};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing_subscriber::EnvFilter;
