@@ -18,6 +18,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 use testbed_cluster::apiserver::ApiServer;
+use testbed_support::wait::eventually;
 
 fn pvc(name: &str) -> PersistentVolumeClaim {
     serde_json::from_value(json!({
@@ -185,8 +186,14 @@ async fn reflector_survives_expiry_drops_and_compaction(config: watcher::Config)
     }));
     wait_in_sync(&server, &reader, "the initial list").await;
 
-    // Watch expiry: the 1 s watches end and are resumed from the last resourceVersion.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Watch expiry: the 1 s watches end and are resumed from the last resourceVersion. The
+    // positive signal: the watcher opened a second watch.
+    eventually(
+        "a new watch after the first expired",
+        Duration::from_secs(10),
+        async || (server.requests().get("watch", "persistentvolumeclaims") >= 2).then_some(()),
+    )
+    .await;
     pvcs.create(&PostParams::default(), &pvc("d"))
         .await
         .unwrap();

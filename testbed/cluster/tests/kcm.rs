@@ -13,7 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt as _};
 use serde_json::json;
 use testbed_cluster::apiserver::ApiServer;
 use testbed_cluster::kcm::{self, ControllerManager, attach_detach};
@@ -318,11 +318,19 @@ async fn a_claim_used_by_a_scheduled_pod_stays_until_the_pod_is_gone() {
     let pods = Api::<Pod>::namespaced(s.client.clone(), "default");
     pods.create(&PostParams::default(), &pod).await.unwrap();
 
-    Api::<PersistentVolumeClaim>::namespaced(s.client.clone(), "default")
+    let deleted = Api::<PersistentVolumeClaim>::namespaced(s.client.clone(), "default")
         .delete("in-use", &DeleteParams::default())
         .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+        .unwrap()
+        .left()
+        .expect("the finalizer holds the claim");
+    let deleted_at: u64 = deleted.resource_version().unwrap().parse().unwrap();
+    // Positive signal: a claim sync has acted on the deletion.
+    eventually("a claim sync to see the deletion", WAIT, async || {
+        let synced = s.kcm.claim_syncs().synced_version("default", "in-use")?;
+        (synced >= deleted_at).then_some(())
+    })
+    .await;
     let held = pvc_of(&s, "in-use").expect("the claim is held by its finalizer");
     assert!(held.metadata.deletion_timestamp.is_some());
 

@@ -189,9 +189,19 @@ async fn a_new_socket_is_registered_with_node_info_and_notified() {
     );
     assert_eq!(driver.call_count(testbed_mock_csi::Method::NodeGetInfo), 1);
 
-    // Registered once: later polls leave a registered socket alone.
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(kubelet.events().len(), 1, "{:#?}", kubelet.events());
+    // Registered once: later polls leave a registered socket alone. The positive signal that
+    // a later poll ran is that it found and registered a second plugin.
+    let _later = serve(
+        dir.path().join("later-reg.sock"),
+        csi_info("later.example.com", driver.socket_path()),
+        0,
+    );
+    kubelet
+        .wait_registered("later.example.com", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(kubelet.events().len(), 2, "{:#?}", kubelet.events());
+    assert_eq!(plugin.notified().len(), 1);
 }
 
 #[tokio::test]
@@ -335,8 +345,17 @@ async fn hidden_files_and_plain_files_are_ignored() {
         0,
     );
     std::fs::write(dir.path().join("plain-reg.sock"), b"").unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(kubelet.events().is_empty(), "{:#?}", kubelet.events());
+    // Positive signal: a poll after both files appeared registered a visible plugin.
+    let _visible = serve(
+        dir.path().join("visible-reg.sock"),
+        csi_info("visible.example.com", driver.socket_path()),
+        0,
+    );
+    kubelet
+        .wait_registered("visible.example.com", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(kubelet.events().len(), 1, "{:#?}", kubelet.events());
     assert!(hidden.notified().is_empty());
 }
 

@@ -605,8 +605,13 @@ async fn stop_ends_a_call_that_is_still_being_delayed() {
     // A crashed driver sends no status: the caller sees the connection drop.
     let err = result.unwrap_err();
     assert!(!err.message().contains("mock CSI driver stopped"), "{err}");
-    // Give an (erroneously) surviving handler a chance to run before checking it did not.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Let the injected delay run out on the (now paused) clock and let every woken task run:
+    // an erroneously surviving handler would create the volume now.
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_mins(2)).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
     assert!(
         driver.volumes().is_empty(),
         "a stopped driver must not finish the call"

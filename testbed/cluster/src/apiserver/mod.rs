@@ -24,6 +24,7 @@ mod list;
 pub mod patch;
 mod quantity;
 mod render;
+mod requests;
 mod resources;
 mod routes;
 mod selectors;
@@ -41,6 +42,7 @@ use serde_json::{Value, json};
 
 pub use faults::Faults;
 pub use kubeconfig::Listening;
+pub use requests::RequestCounts;
 pub use status::ApiError;
 
 /// Tunables of an [`ApiServer`].
@@ -71,6 +73,7 @@ impl Default for Config {
 pub(crate) struct Shared {
     store: Arc<store::Store>,
     faults: Faults,
+    requests: RequestCounts,
     config: Config,
 }
 
@@ -113,6 +116,7 @@ impl ApiServer {
         let server = Self {
             shared: Arc::new(Shared {
                 faults: Faults::new(store.clone()),
+                requests: RequestCounts::default(),
                 store,
                 config,
             }),
@@ -148,6 +152,11 @@ impl ApiServer {
     /// Fault injection.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
+    }
+
+    /// The resource requests received so far.
+    pub fn requests(&self) -> &RequestCounts {
+        &self.shared.requests
     }
 
     /// The current resourceVersion (the last write's).

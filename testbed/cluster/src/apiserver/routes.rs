@@ -252,6 +252,7 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
                 Some(sub) => format!("{}/{sub}", info.plural),
                 None => info.plural.to_owned(),
             };
+            shared.requests.count(verb, &fault_resource);
             if let Some(code) = shared.faults.check(verb, &fault_resource) {
                 return ApiError::injected(code).into_response();
             }

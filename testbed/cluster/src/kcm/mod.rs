@@ -25,8 +25,9 @@ pub mod objects;
 mod protection;
 pub mod scheduler;
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
@@ -81,11 +82,43 @@ impl Error {
 /// Result of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The resourceVersion of the newest state of each claim (`namespace/name`) that a claim sync
+/// finished acting on. Upstream has nothing like it; it lets a test wait for the positive
+/// signal that the controller-manager has seen a change before asserting what it did not do.
+#[derive(Clone, Debug, Default)]
+pub struct ClaimSyncs(Arc<Mutex<HashMap<String, u64>>>);
+
+impl ClaimSyncs {
+    fn record(&self, claim: &PersistentVolumeClaim) {
+        let Some(version) = claim
+            .resource_version()
+            .and_then(|rv| rv.parse::<u64>().ok())
+        else {
+            return;
+        };
+        let key = format!(
+            "{}/{}",
+            claim.namespace().unwrap_or_default(),
+            claim.name_any()
+        );
+        let mut synced = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let newest = synced.entry(key).or_default();
+        *newest = (*newest).max(version);
+    }
+
+    /// The resourceVersion of the newest state of `namespace/name` a sync finished with.
+    pub fn synced_version(&self, namespace: &str, name: &str) -> Option<u64> {
+        let synced = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        synced.get(&format!("{namespace}/{name}")).copied()
+    }
+}
+
 /// Shared by the reconcilers.
 pub(crate) struct Context {
     client: Client,
     recorder: EventRecorder,
     config: Config,
+    claim_syncs: ClaimSyncs,
 }
 
 impl std::fmt::Debug for Context {
@@ -103,9 +136,11 @@ async fn reconcile_claim(obj: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> 
     let Some(claim) = api.get_opt(&obj.name_any()).await.map_err(Error::Api)? else {
         return Ok(Action::await_change());
     };
+    let synced = claim.clone();
     if !protection::sync_claim(&ctx, &claim).await? {
         Box::pin(binder::sync_claim(&ctx, claim)).await?;
     }
+    ctx.claim_syncs.record(&synced);
     Ok(Action::requeue(ctx.config.resync_period))
 }
 
@@ -138,10 +173,11 @@ fn claim_of_volume(volume: &PersistentVolume) -> Option<ObjectRef<PersistentVolu
 }
 
 /// Runs the binder and the protection controllers until `shutdown` resolves, then lets
-/// running syncs finish.
+/// running syncs finish; claim syncs are recorded in `claim_syncs`.
 pub async fn run(
     client: Client,
     config: Config,
+    claim_syncs: ClaimSyncs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let shutdown = shutdown.boxed().shared();
@@ -222,6 +258,7 @@ pub async fn run(
         client,
         recorder,
         config,
+        claim_syncs,
     });
     let volumes = volume_controller
         .run(reconcile_volume, error_policy, ctx.clone())
@@ -246,6 +283,7 @@ pub async fn run(
 /// on-request scheduler and attach-detach actions.
 pub struct ControllerManager {
     client: Client,
+    claim_syncs: ClaimSyncs,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -265,11 +303,18 @@ impl ControllerManager {
     /// Spawns [`run`] with `client` and `config`.
     pub fn start(client: Client, config: Config) -> Self {
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(run(client.clone(), config, async move {
-            let _ = stopped.await;
-        }));
+        let claim_syncs = ClaimSyncs::default();
+        let task = tokio::spawn(run(
+            client.clone(),
+            config,
+            claim_syncs.clone(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         Self {
             client,
+            claim_syncs,
             stop: Some(stop),
             task: Some(task),
         }
@@ -278,6 +323,11 @@ impl ControllerManager {
     /// The client it uses.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// What the claim syncs have acted on so far.
+    pub fn claim_syncs(&self) -> &ClaimSyncs {
+        &self.claim_syncs
     }
 
     /// Plays the scheduler for a WaitForFirstConsumer claim: see [`scheduler::select_node`].
