@@ -1,8 +1,8 @@
-//! The object verbs: GET, POST (create), PUT (update), PATCH, DELETE and DELETE on a
-//! collection, with kube-apiserver's semantics: optimistic concurrency on resourceVersion
-//! (409, fixtures g1, i10), the status subresource split (k1-k3), finalizers and
-//! deletionTimestamp (j1-j5), delete preconditions (j6, j7), generateName (l1-l4), dryRun, and
-//! the namespace lifecycle (create into a missing namespace: 404, f2).
+//! The object verbs but DELETE ([`super::delete`]): GET, POST (create), PUT (update) and
+//! PATCH, with kube-apiserver's semantics: optimistic concurrency on resourceVersion (409,
+//! fixtures g1, i10), the status subresource split (k1-k3), finalizers (the last one removed
+//! deletes the object, j4), generateName (l1-l4), dryRun, and no create into a missing
+//! namespace (404, f2).
 
 use std::sync::Arc;
 
@@ -10,16 +10,16 @@ use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
-use super::Shared;
 use super::admission::{self, Subresource};
 use super::decode::{self, FieldValidation};
 use super::patch::{self, PatchError, PatchType};
 use super::render;
-use super::resources::{self, DeleteResponse, ResourceInfo};
-use super::routes::ResourceRequest;
-use super::status::{ApiError, json_response, success_status};
-use super::store::{self, Inner};
+use super::request::ResourceRequest;
+use super::resources::{self, ResourceInfo};
+use super::status::{ApiError, json_response};
+use super::store::Inner;
 use super::validation;
+use super::{Shared, namespaces};
 
 /// How many generated names are tried before giving up with AlreadyExists (upstream retries
 /// generateName collisions a few times too).
@@ -42,23 +42,15 @@ fn respond(
     response
 }
 
-fn object_key(req: &ResourceRequest, name: &str) -> String {
-    store::key(req.namespace.as_deref(), name)
-}
-
-fn name_of(req: &ResourceRequest) -> &str {
-    req.name.as_deref().unwrap_or("")
-}
-
 /// GET of one object (or its `/status`).
 pub(crate) fn get(shared: &Arc<Shared>, req: &ResourceRequest) -> Result<Response, ApiError> {
     let info = req.info;
     let storage = render::storage_info(info);
-    let name = name_of(req);
+    let name = req.name();
     let stored = shared
         .store
         .lock()
-        .get(storage.bucket, &object_key(req, name))
+        .get(storage.bucket, &req.key(name))
         .ok_or_else(|| ApiError::not_found(info, name))?;
     let view = render::to_view(info, &stored);
     Ok(respond(StatusCode::OK, info, req, &view, &[]))
@@ -108,26 +100,6 @@ fn apply_namespace(req: &ResourceRequest, obj: &mut Value) -> Result<(), ApiErro
     Ok(())
 }
 
-/// NamespaceLifecycle admission: the namespace must exist and not be terminating.
-fn check_namespace(inner: &Inner, req: &ResourceRequest, name: &str) -> Result<(), ApiError> {
-    let Some(ns) = req.namespace.as_deref().filter(|_| req.info.namespaced) else {
-        return Ok(());
-    };
-    let namespace = inner
-        .get("namespaces", &store::key(None, ns))
-        .ok_or_else(|| ApiError::not_found_in("", "namespaces", ns))?;
-    if !namespace["metadata"]["deletionTimestamp"].is_null() {
-        return Err(ApiError::forbidden(
-            req.info,
-            name,
-            &format!(
-                "unable to create new content in namespace {ns} because it is being terminated"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 fn invalid(info: &ResourceInfo, name: &str, errors: &[validation::FieldError]) -> ApiError {
     ApiError::invalid(info.validation_group, info.kind, name, errors)
 }
@@ -159,7 +131,7 @@ fn create_locked(
     let info = req.info;
     let storage = render::storage_info(info);
     let requested_name = view["metadata"]["name"].as_str().unwrap_or("").to_owned();
-    check_namespace(inner, req, &requested_name)?;
+    namespaces::check_active(inner, req, &requested_name)?;
     let generate = view["metadata"]["generateName"]
         .as_str()
         .unwrap_or("")
@@ -191,7 +163,7 @@ fn create_locked(
                 return Err(invalid(info, &name, &errors));
             }
         }
-        let key = object_key(req, &name);
+        let key = req.key(&name);
         if inner.get(storage.bucket, &key).is_some() {
             if requested_name.is_empty() && attempt < GENERATE_NAME_ATTEMPTS {
                 continue;
@@ -213,7 +185,7 @@ pub(crate) fn update(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let info = req.info;
-    let name = name_of(req).to_owned();
+    let name = req.name().to_owned();
     let decoded = decode_body(req, body)?;
     let mut view = decoded.object;
     let body_name = view["metadata"]["name"].as_str().unwrap_or("").to_owned();
@@ -226,7 +198,7 @@ pub(crate) fn update(
     apply_namespace(req, &mut view)?;
     let storage = render::storage_info(info);
     let mut inner = shared.store.lock();
-    let Some(old) = inner.get(storage.bucket, &object_key(req, &name)) else {
+    let Some(old) = inner.get(storage.bucket, &req.key(&name)) else {
         if create_on_update(info) && req.subresource.is_none() {
             let (stored, warnings) = create_locked(&mut inner, req, &view, decoded.warnings)?;
             drop(inner);
@@ -282,7 +254,7 @@ fn write_update(
 ) -> Result<(Value, StatusCode), ApiError> {
     let info = req.info;
     let storage = render::storage_info(info);
-    let name = name_of(req).to_owned();
+    let name = req.name().to_owned();
     if info.view != resources::View::Native {
         let errors = validation::validate_object(info, &new);
         if !errors.is_empty() {
@@ -303,7 +275,7 @@ fn write_update(
     if !errors.is_empty() {
         return Err(invalid(info, &name, &errors));
     }
-    let key = object_key(req, &name);
+    let key = req.key(&name);
     let mut unchanged = new.clone();
     unchanged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
     if unchanged == *old {
@@ -319,7 +291,7 @@ fn write_update(
         // stored state (fixture b1).
         if !req.query.dry_run() {
             inner.remove(storage.bucket, key);
-            finish_namespace_if_empty(inner, req.namespace.as_deref());
+            namespaces::finish_if_empty(inner, req.namespace.as_deref());
         }
         return Ok((unchanged, StatusCode::OK));
     }
@@ -337,7 +309,7 @@ pub(crate) fn patch(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let info = req.info;
-    let name = name_of(req).to_owned();
+    let name = req.name().to_owned();
     let patch_type = content_type(req)
         .and_then(|ct| PatchType::from_content_type(ct.split(';').next().unwrap_or("").trim()))
         .ok_or_else(ApiError::unsupported_patch_type)?;
@@ -354,7 +326,7 @@ pub(crate) fn patch(
     }
     let storage = render::storage_info(info);
     let mut inner = shared.store.lock();
-    let Some(old) = inner.get(storage.bucket, &object_key(req, &name)) else {
+    let Some(old) = inner.get(storage.bucket, &req.key(&name)) else {
         if matches!(patch_type, PatchType::Apply) && req.subresource.is_none() {
             // Server-side apply creates missing objects.
             let mut view = decode::parse_json(info, body)?;
@@ -390,220 +362,4 @@ pub(crate) fn patch(
     drop(inner);
     let view = render::to_view(info, &result);
     Ok(respond(code, info, req, &view, &decoded.warnings))
-}
-
-/// DeleteOptions from the body and query.
-struct DeleteOptions {
-    uid: Option<String>,
-    resource_version: Option<String>,
-    dry_run: bool,
-}
-
-fn delete_options(req: &ResourceRequest, body: &[u8]) -> Result<DeleteOptions, ApiError> {
-    let opts: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        Value::Null
-    } else {
-        serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
-    };
-    let pre = &opts["preconditions"];
-    let dry_run = req.query.dry_run()
-        || opts["dryRun"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|v| v == "All"));
-    Ok(DeleteOptions {
-        uid: pre["uid"].as_str().map(str::to_owned),
-        resource_version: pre["resourceVersion"].as_str().map(str::to_owned),
-        dry_run,
-    })
-}
-
-/// DELETE of one object.
-pub(crate) fn delete(
-    shared: &Arc<Shared>,
-    req: &ResourceRequest,
-    body: &[u8],
-) -> Result<Response, ApiError> {
-    let name = name_of(req).to_owned();
-    if req.subresource.is_some() {
-        return Err(ApiError::method_not_allowed());
-    }
-    let opts = delete_options(req, body)?;
-    let mut inner = shared.store.lock();
-    let (code, body) = delete_locked(&mut inner, req, &name, &opts)?;
-    drop(inner);
-    Ok(json_response(code, body))
-}
-
-fn delete_locked(
-    inner: &mut Inner,
-    req: &ResourceRequest,
-    name: &str,
-    opts: &DeleteOptions,
-) -> Result<(StatusCode, Vec<u8>), ApiError> {
-    let info = req.info;
-    let storage = render::storage_info(info);
-    let key = object_key(req, name);
-    let old = inner
-        .get(storage.bucket, &key)
-        .ok_or_else(|| ApiError::not_found(info, name))?;
-    let old_uid = old["metadata"]["uid"].as_str().unwrap_or("").to_owned();
-    if let Some(uid) = &opts.uid
-        && *uid != old_uid
-    {
-        return Err(ApiError::precondition_failed(
-            info,
-            name,
-            &format!(
-                "the UID in the precondition ({uid}) does not match the UID in record ({old_uid}). The object might have been deleted and then recreated"
-            ),
-        ));
-    }
-    let old_rv = old["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned();
-    if let Some(rv) = &opts.resource_version
-        && *rv != old_rv
-    {
-        return Err(ApiError::precondition_failed(
-            info,
-            name,
-            &format!(
-                "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({old_rv}). The object might have been modified"
-            ),
-        ));
-    }
-    let has_finalizers = old["metadata"]["finalizers"]
-        .as_array()
-        .is_some_and(|f| !f.is_empty());
-    let is_namespace = storage.plural == "namespaces" && storage.group.is_empty();
-    if has_finalizers || is_namespace {
-        if !old["metadata"]["deletionTimestamp"].is_null() {
-            // Already terminating: nothing changes (fixture j3).
-            return Ok((
-                StatusCode::OK,
-                render::object(info, req.format, &render::to_view(info, &old)),
-            ));
-        }
-        let mut terminating = (*old).clone();
-        terminating["metadata"]["deletionTimestamp"] = json!(admission::now());
-        terminating["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        if is_namespace {
-            terminating["status"]["phase"] = json!("Terminating");
-        }
-        if opts.dry_run {
-            return Ok((
-                StatusCode::OK,
-                render::object(info, req.format, &render::to_view(info, &terminating)),
-            ));
-        }
-        let stored = inner.replace(storage.bucket, key, terminating);
-        if is_namespace {
-            terminate_namespace(inner, name);
-        }
-        let view = render::to_view(info, &stored);
-        return Ok((StatusCode::OK, render::object(info, req.format, &view)));
-    }
-    if !opts.dry_run {
-        inner.remove(storage.bucket, key);
-        finish_namespace_if_empty(inner, req.namespace.as_deref());
-    }
-    let body = match info.delete_response {
-        DeleteResponse::Object => render::object(info, req.format, &render::to_view(info, &old)),
-        DeleteResponse::Status => {
-            let mut b = super::status::status_bytes(&success_status(info, name, &old_uid));
-            b.push(b'\n');
-            b
-        }
-    };
-    Ok((StatusCode::OK, body))
-}
-
-/// The namespace controller's work, done at once: delete every object in the namespace
-/// (objects with finalizers only get their deletionTimestamp), then the namespace when empty.
-fn terminate_namespace(inner: &mut Inner, namespace: &str) {
-    let prefix = store::prefix(Some(namespace));
-    for info in resources::all()
-        .iter()
-        .filter(|r| r.namespaced && r.view == resources::View::Native)
-    {
-        for (key, obj) in inner.range(info.bucket, &prefix) {
-            let finalizers = obj["metadata"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| !f.is_empty());
-            if !finalizers {
-                inner.remove(info.bucket, key);
-            } else if obj["metadata"]["deletionTimestamp"].is_null() {
-                let mut o = (*obj).clone();
-                o["metadata"]["deletionTimestamp"] = json!(admission::now());
-                o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-                inner.replace(info.bucket, key, o);
-            }
-        }
-    }
-    finish_namespace_if_empty(inner, Some(namespace));
-}
-
-/// Remove a terminating namespace once nothing is left in it.
-fn finish_namespace_if_empty(inner: &mut Inner, namespace: Option<&str>) {
-    let Some(ns) = namespace else { return };
-    let key = store::key(None, ns);
-    let Some(obj) = inner.get("namespaces", &key) else {
-        return;
-    };
-    if obj["metadata"]["deletionTimestamp"].is_null() {
-        return;
-    }
-    let prefix = store::prefix(Some(ns));
-    let empty = resources::all()
-        .iter()
-        .filter(|r| r.namespaced && r.view == resources::View::Native)
-        .all(|r| inner.range(r.bucket, &prefix).is_empty());
-    if empty {
-        inner.remove("namespaces", key);
-    }
-}
-
-/// DELETE on a collection (`deletecollection`): every matching object, finalizers honoured;
-/// answers with the list of affected objects.
-pub(crate) fn delete_collection(
-    shared: &Arc<Shared>,
-    req: &ResourceRequest,
-    body: &[u8],
-) -> Result<Response, ApiError> {
-    let info = req.info;
-    if info.plural == "namespaces" {
-        return Err(ApiError::method_not_allowed());
-    }
-    let opts = delete_options(req, body)?;
-    let (labels, fields) = super::list::selectors(req)?;
-    let storage = render::storage_info(info);
-    let mut inner = shared.store.lock();
-    let prefix = store::prefix(req.namespace.as_deref());
-    let mut items = Vec::new();
-    for (_, obj) in inner.range(storage.bucket, &prefix) {
-        if !(labels.matches(&obj) && fields.matches(&obj)) {
-            continue;
-        }
-        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_owned();
-        let ns = obj["metadata"]["namespace"].as_str().map(str::to_owned);
-        let one = ResourceRequest {
-            info,
-            namespace: ns,
-            name: Some(name.clone()),
-            subresource: None,
-            query: req.query.clone(),
-            headers: req.headers.clone(),
-            format: req.format,
-        };
-        delete_locked(&mut inner, &one, &name, &opts)?;
-        items.push(render::to_view(info, &obj));
-    }
-    let metadata = json!({"resourceVersion": inner.rv().to_string()});
-    drop(inner);
-    Ok(json_response(
-        StatusCode::OK,
-        render::list(info, req.format, &metadata, &items),
-    ))
 }

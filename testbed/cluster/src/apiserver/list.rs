@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use super::render;
-use super::routes::ResourceRequest;
+use super::request::ResourceRequest;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::{ApiError, json_response};
 use super::store;

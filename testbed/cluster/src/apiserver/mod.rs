@@ -14,6 +14,7 @@
 
 mod admission;
 mod decode;
+mod delete;
 mod discovery;
 mod encode;
 mod events;
@@ -21,9 +22,11 @@ mod faults;
 mod handlers;
 mod kubeconfig;
 mod list;
+mod namespaces;
 pub mod patch;
 mod quantity;
 mod render;
+mod request;
 mod requests;
 mod resources;
 mod routes;

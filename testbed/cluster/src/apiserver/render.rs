@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use super::encode;
 use super::events;
+use super::request::Format;
 use super::resources::{self, ResourceInfo, View};
-use super::routes::Format;
 
 /// The resource whose objects are actually stored for `info` (core/v1 Events for both Event
 /// views).

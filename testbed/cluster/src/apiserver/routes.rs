@@ -3,7 +3,6 @@
 //! subresource), applies injected faults, negotiates `Accept` (406 as fixture i16) and hands
 //! the request to the verb handlers.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -11,71 +10,13 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode, header};
 
+use super::request::{Format, Query, ResourceRequest};
 use super::resources::{self, ResourceInfo};
 use super::status::ApiError;
-use super::{Shared, discovery, handlers, list, watch};
+use super::{Shared, delete, discovery, handlers, list, watch};
 
 /// Largest request body accepted (kube-apiserver's limit is 3 MiB per object).
 const MAX_BODY: usize = 3 * 1024 * 1024;
-
-/// The requested representation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Format {
-    /// The object or list itself.
-    Object,
-    /// `meta.k8s.io/v1` Table (kubectl get).
-    Table,
-    /// `PartialObjectMetadata(List)` (metadata-only clients).
-    Metadata,
-}
-
-/// Query parameters (last value wins).
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Query(HashMap<String, String>);
-
-impl Query {
-    fn parse(raw: Option<&str>) -> Self {
-        Self(
-            form_urlencoded::parse(raw.unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
-    }
-
-    /// A parameter, `None` when absent.
-    pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str)
-    }
-
-    /// A boolean parameter (`true`/`1`).
-    pub(crate) fn flag(&self, key: &str) -> Option<bool> {
-        self.get(key).map(|v| matches!(v, "true" | "1" | "True"))
-    }
-
-    /// `dryRun=All`.
-    pub(crate) fn dry_run(&self) -> bool {
-        self.get("dryRun") == Some("All")
-    }
-}
-
-/// A request for a resource, parsed from the path.
-#[derive(Debug)]
-pub(crate) struct ResourceRequest {
-    /// The resource.
-    pub(crate) info: &'static ResourceInfo,
-    /// Namespace from the path (namespaced resources; `None` lists across namespaces).
-    pub(crate) namespace: Option<String>,
-    /// Object name from the path.
-    pub(crate) name: Option<String>,
-    /// Subresource (`status`), if any.
-    pub(crate) subresource: Option<String>,
-    /// Query parameters.
-    pub(crate) query: Query,
-    /// Request headers.
-    pub(crate) headers: HeaderMap,
-    /// Response representation.
-    pub(crate) format: Format,
-}
 
 enum Route {
     Version,
@@ -288,8 +229,8 @@ async fn serve(
         (Method::POST, false) => handlers::create(shared, &req, &body),
         (Method::PUT, true) => handlers::update(shared, &req, &body),
         (Method::PATCH, true) => handlers::patch(shared, &req, &body),
-        (Method::DELETE, true) => handlers::delete(shared, &req, &body),
-        (Method::DELETE, false) => handlers::delete_collection(shared, &req, &body),
+        (Method::DELETE, true) => delete::one(shared, &req, &body),
+        (Method::DELETE, false) => delete::collection(shared, &req, &body),
         _ => Err(ApiError::method_not_allowed()),
     }
 }

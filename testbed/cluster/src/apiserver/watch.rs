@@ -28,8 +28,8 @@ use super::Shared;
 use super::encode;
 use super::list::{ReadRv, parse_rv, selectors};
 use super::render;
+use super::request::{Format, ResourceRequest};
 use super::resources::ResourceInfo;
-use super::routes::{Format, ResourceRequest};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 use super::store::{self, EventType, Record};
@@ -123,7 +123,7 @@ fn too_old(requested: u64, oldest: u64) -> ApiError {
 }
 
 /// The option combinations upstream rejects with 422 (fixture d3).
-fn check_options(q: &super::routes::Query) -> Result<(), ApiError> {
+fn check_options(q: &super::request::Query) -> Result<(), ApiError> {
     let send_initial = q.flag("sendInitialEvents");
     let rv_match = q.get("resourceVersionMatch").filter(|s| !s.is_empty());
     let why = if send_initial == Some(true) && rv_match != Some("NotOlderThan") {
