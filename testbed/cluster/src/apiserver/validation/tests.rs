@@ -3,8 +3,11 @@
 
 use serde_json::{Value, json};
 
-use super::*;
-use crate::apiserver::resources;
+use super::field::{ErrorType, FieldError};
+use super::metadata::validate_metadata_update;
+use super::names::dns1123_subdomain_errors;
+use super::{validate_object, validate_update};
+use crate::apiserver::resources::{self, ResourceInfo};
 
 fn info(group: &str, plural: &str) -> &'static ResourceInfo {
     resources::find(group, "v1", plural).unwrap()
