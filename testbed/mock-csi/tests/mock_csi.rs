@@ -8,7 +8,6 @@
 )]
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -21,7 +20,7 @@ use testbed_mock_csi::{
     Action, ControllerRpc, Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle,
     MockVolume, When,
 };
-use tokio::io::{AsyncBufReadExt, BufReader};
+use testbed_support::process::{ChildProcess, Signal};
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -657,41 +656,34 @@ async fn the_handle_channel_helper_reaches_the_driver() {
     assert!(driver.endpoint().starts_with("unix:///"));
 }
 
-/// Kills the child on drop so a failing assertion does not leak the process.
-struct Child(tokio::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.start_kill();
-    }
-}
-
 #[tokio::test]
 async fn the_binary_serves_the_configured_name_and_exits_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("csi.sock");
-    let mut child = Child(
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_mock-csi-driver"))
-            .arg("--endpoint")
-            .arg(format!("unix://{}", path.display()))
-            .args(["--name", "bin.csi.example.com", "--log-calls"])
-            .args(["--fail", "CreateVolume:RESOURCE_EXHAUSTED:1"])
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn mock-csi-driver"),
-    );
-    let mut stderr = BufReader::new(child.0.stderr.take().unwrap()).lines();
-    let listening = tokio::time::timeout(WAIT, async {
-        while let Some(line) = stderr.next_line().await.unwrap() {
-            if line.starts_with("listening on ") {
-                return line;
-            }
-        }
-        panic!("mock-csi-driver exited without listening");
-    })
-    .await
-    .expect("the listening line in time");
+    let endpoint = format!("unix://{}", path.display());
+    let args = [
+        "--endpoint",
+        &endpoint,
+        "--name",
+        "bin.csi.example.com",
+        "--log-calls",
+        "--fail",
+        "CreateVolume:RESOURCE_EXHAUSTED:1",
+    ]
+    .map(str::to_owned);
+    let mut child = ChildProcess::spawn(
+        "mock-csi-driver",
+        Path::new(env!("CARGO_BIN_EXE_mock-csi-driver")),
+        &args,
+        &dir.path().join("driver.log"),
+    )
+    .unwrap();
+    child.wait_logged("listening on ", WAIT).await.unwrap();
+    let log = child.log_text();
+    let listening = log
+        .lines()
+        .find(|line| line.starts_with("listening on "))
+        .unwrap();
     assert_eq!(listening, format!("listening on unix://{}", path.display()));
 
     let channel = connect(&path).await;
@@ -712,16 +704,8 @@ async fn the_binary_serves_the_configured_name_and_exits_cleanly_on_sigterm() {
         .await
         .unwrap();
 
-    let pid = child.0.id().unwrap().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = tokio::time::timeout(WAIT, child.0.wait())
-        .await
-        .expect("exit after SIGTERM")
-        .unwrap();
+    child.signal(Signal::TERM).unwrap();
+    let status = child.wait_exit(WAIT).await.unwrap();
     assert_eq!(status.code(), Some(0), "{status}");
     assert!(!path.exists(), "socket removed on exit");
 }
