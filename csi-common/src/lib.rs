@@ -32,5 +32,7 @@ pub mod secrets;
 pub mod shutdown;
 pub mod sidecar;
 pub mod status;
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 pub mod version;
 pub mod workqueue;

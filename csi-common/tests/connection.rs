@@ -155,7 +155,7 @@ async fn connect_waits_for_a_socket_that_appears_later() {
 
 #[tokio::test(start_paused = true)]
 async fn connect_gives_up_after_the_timeout_and_says_still_connecting_every_ten_seconds() {
-    let (logs, _guard) = testbed::logs::capture();
+    let (logs, _guard) = csi_common::test_support::logs::capture();
     let (_dir, _path, address) = socket();
     let options = ConnectOptions::default().with_connect_timeout(Some(Duration::from_secs(25)));
     let start = Instant::now();
@@ -230,7 +230,7 @@ async fn call_until_lost(conn: &Connection, loss: &mut ConnectionLoss) {
 
 #[tokio::test]
 async fn losing_the_driver_fires_the_loss_once_and_a_restarted_driver_is_reconnected() {
-    let (logs, _guard) = testbed::logs::capture();
+    let (logs, _guard) = csi_common::test_support::logs::capture();
     let (_dir, path, address) = socket();
     let server = Server::start(&path, Driver::default());
     let (conn, mut loss) = connection::connect(&address, quick(), metrics())
@@ -393,7 +393,7 @@ async fn an_idle_connection_notices_the_driver_going_away_without_a_call() {
 
 #[tokio::test]
 async fn after_expect_close_the_driver_going_away_is_not_a_loss() {
-    let (logs, _guard) = testbed::logs::capture();
+    let (logs, _guard) = csi_common::test_support::logs::capture();
     let (_dir, server, _conn, loss) = used_connection().await;
 
     loss.expect_close();

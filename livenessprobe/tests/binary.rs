@@ -12,9 +12,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use testbed::http_client::{self, HttpResponse};
-use testbed::mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
-use tokio::process::{Child, Command};
+use testbed_mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
+use testbed_support::http_client::{self, HttpResponse};
+use testbed_support::process::{ChildProcess, Signal};
+use testbed_support::wait::eventually;
+use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_livenessprobe");
 
@@ -30,13 +32,15 @@ fn driver_config() -> MockDriverConfig {
     }
 }
 
+/// A running `livenessprobe`; killed on drop, its log printed if the test is failing.
 struct Probe {
-    child: Child,
+    process: ChildProcess,
     addr: SocketAddr,
 }
 
 impl Probe {
-    /// Starts the binary serving on `--http-endpoint` with `extra` flags.
+    /// Starts the binary serving on `--http-endpoint` with `extra` flags; its log goes next to
+    /// the driver socket, in the test's temp dir.
     fn spawn(socket: &Path, extra: &[&str]) -> Self {
         let addr = free_port();
         let mut args = vec![
@@ -44,19 +48,26 @@ impl Probe {
             format!("--http-endpoint={addr}"),
         ];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        Self::spawn_args(addr, &args)
+        Self::spawn_args(addr, &args, &socket.with_file_name("livenessprobe.log"))
     }
 
-    /// Starts the binary with exactly `args`; it is expected to listen on `addr`.
-    fn spawn_args(addr: SocketAddr, args: &[String]) -> Self {
-        let child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
+    /// Starts the binary with exactly `args`, its log in `log`; it is expected to listen on
+    /// `addr`.
+    fn spawn_args(addr: SocketAddr, args: &[String], log: &Path) -> Self {
+        let process = ChildProcess::spawn("livenessprobe", Path::new(BIN), args, log).unwrap();
+        Self { process, addr }
+    }
+
+    /// Starts the binary at `-v=5`; returns it once its log shows `line`, the positive signal
+    /// that start-up reached the stage under test.
+    async fn spawn_until_logged(socket: &Path, line: &str) -> Self {
+        let mut probe = Self::spawn(socket, &["-v=5"]);
+        probe
+            .process
+            .wait_logged(line, Duration::from_secs(10))
+            .await
             .unwrap();
-        Self { child, addr }
+        probe
     }
 
     async fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
@@ -66,13 +77,23 @@ impl Probe {
     /// Polls until the HTTP port answers (it only opens once the driver answered
     /// GetPluginInfo).
     async fn wait_listening(&self) -> HttpResponse {
-        for _ in 0..200 {
-            if let Ok(response) = self.get("/healthz").await {
-                return response;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("livenessprobe never opened {}", self.addr);
+        eventually(
+            &format!("livenessprobe listening on {}", self.addr),
+            Duration::from_secs(10),
+            async || self.get("/healthz").await.ok(),
+        )
+        .await
+    }
+
+    /// SIGTERM, as kubelet stops the container; returns the exit code, which must come at
+    /// once.
+    async fn terminate(mut self) -> Option<i32> {
+        self.process.signal(Signal::TERM).unwrap();
+        self.process
+            .wait_exit(Duration::from_secs(5))
+            .await
+            .expect("exited at once after SIGTERM")
+            .code()
     }
 }
 
@@ -165,10 +186,9 @@ async fn a_probe_error_is_reported_with_the_grpc_status() {
 async fn the_port_stays_closed_until_the_driver_socket_appears() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("csi.sock");
-    let probe = Probe::spawn(&socket, &[]);
-
     // No driver: nothing listens, so kubelet sees connection refused (upstream #236/#240).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A failed dial proves start-up is past the point where the port would have opened.
+    let probe = Probe::spawn_until_logged(&socket, "Connection attempt failed").await;
     let refused = probe.get("/healthz").await.unwrap_err();
     assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
 
@@ -214,6 +234,7 @@ async fn only_the_deprecated_health_port_serves_no_metrics() {
             format!("-csi-address={}", driver.socket_path().display()),
             format!("-health-port={port}"),
         ],
+        &dir.path().join("livenessprobe.log"),
     );
     assert_eq!(probe.wait_listening().await.status, 200);
     let metrics = probe.get("/metrics").await.unwrap();
@@ -229,62 +250,14 @@ async fn sigterm_stops_the_probe_with_exit_code_0() {
     let driver = start_driver(dir.path()).await;
     let probe = Probe::spawn(driver.socket_path(), &[]);
     assert_eq!(probe.wait_listening().await.status, 200);
-    assert_eq!(terminate(probe.child).await, Some(0));
-}
-
-/// Starts the binary at `-v=5` with its log in `log`; returns it once the log shows `line`,
-/// the positive signal that start-up reached the stage under test.
-async fn spawn_until_logged(socket: &Path, log: &Path, line: &str) -> Probe {
-    let file = std::fs::File::create(log).unwrap();
-    let addr = free_port();
-    let child = Command::new(BIN)
-        .arg(format!("--csi-address={}", socket.display()))
-        .arg(format!("--http-endpoint={addr}"))
-        .arg("-v=5")
-        .stdout(Stdio::null())
-        .stderr(file)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if std::fs::read_to_string(log).unwrap().contains(line) {
-            return Probe { child, addr };
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "{line:?} never logged: {}",
-        std::fs::read_to_string(log).unwrap()
-    );
-}
-
-/// SIGTERM; the exit code, which must come at once (kubelet's grace period is not ours to use).
-async fn terminate(mut child: Child) -> Option<i32> {
-    let pid = child.id().unwrap();
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status()
-        .await
-        .unwrap();
-    assert!(status.success());
-    tokio::time::timeout(Duration::from_secs(5), child.wait())
-        .await
-        .expect("exited at once after SIGTERM")
-        .unwrap()
-        .code()
+    assert_eq!(probe.terminate().await, Some(0));
 }
 
 #[tokio::test]
 async fn sigterm_while_waiting_for_the_driver_socket_exits_0_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let probe = spawn_until_logged(
-        &dir.path().join("csi.sock"),
-        &dir.path().join("probe.log"),
-        "Connecting",
-    )
-    .await;
-    assert_eq!(terminate(probe.child).await, Some(0));
+    let probe = Probe::spawn_until_logged(&dir.path().join("csi.sock"), "Connecting").await;
+    assert_eq!(probe.terminate().await, Some(0));
 }
 
 #[tokio::test]
@@ -292,17 +265,12 @@ async fn sigterm_while_the_driver_has_not_answered_get_plugin_info_exits_0_at_on
     let dir = tempfile::tempdir().unwrap();
     let driver = start_driver(dir.path()).await;
     driver.inject(Fault::delay(Method::GetPluginInfo, Duration::from_mins(10)));
-    let probe = spawn_until_logged(
-        driver.socket_path(),
-        &dir.path().join("probe.log"),
-        "Connecting",
-    )
-    .await;
+    let probe = Probe::spawn_until_logged(driver.socket_path(), "Connecting").await;
     driver
         .wait_for_calls(Method::GetPluginInfo, 1, Duration::from_secs(10))
         .await
         .unwrap();
-    assert_eq!(terminate(probe.child).await, Some(0));
+    assert_eq!(probe.terminate().await, Some(0));
 }
 
 async fn exit_code(args: &[&str]) -> Option<i32> {
@@ -344,8 +312,7 @@ async fn flag_errors_exit_2_and_fatal_combinations_exit_1() {
 async fn a_driver_stopping_during_a_probe_is_not_a_lost_connection() {
     let dir = tempfile::tempdir().unwrap();
     let driver = start_driver(dir.path()).await;
-    let log = dir.path().join("probe.log");
-    let probe = spawn_until_logged(driver.socket_path(), &log, "CSI driver name").await;
+    let probe = Probe::spawn_until_logged(driver.socket_path(), "CSI driver name").await;
     driver.inject(Fault::delay(Method::Probe, Duration::from_mins(1)));
     let healthz = tokio::spawn(http_client::get(
         probe.addr,
@@ -360,7 +327,8 @@ async fn a_driver_stopping_during_a_probe_is_not_a_lost_connection() {
     driver.stop().await.unwrap();
     let response = healthz.await.unwrap().unwrap();
     assert_eq!(response.status, 500, "{}", response.body);
-    assert_eq!(terminate(probe.child).await, Some(0));
+    let log = probe.process.log().to_owned();
+    assert_eq!(probe.terminate().await, Some(0));
     let text = std::fs::read_to_string(&log).unwrap();
     // The failed probe is the report; a single-use probe connection has nothing to lose.
     assert!(!text.contains("Lost connection"), "{text}");

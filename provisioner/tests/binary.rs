@@ -24,7 +24,7 @@ use proto::csi::v1::volume_capability::access_mode::Mode;
 use proto::csi::v1::{CreateVolumeRequest, DeleteVolumeRequest};
 use serde_json::json;
 use support::*;
-use testbed::mock_csi::{ControllerRpc, Fault, Method, When};
+use testbed_mock_csi::{ControllerRpc, Fault, Method, When};
 use tonic::Code;
 
 /// Generous: the tests run in parallel on small CI machines.
@@ -202,9 +202,14 @@ async fn a_wait_for_first_consumer_claim_waits_for_the_selected_node() {
     cluster
         .create_class(class("late", "WaitForFirstConsumer"))
         .await;
-    let _provisioner = cluster.provisioner("csi-provisioner-0", &["--strict-topology"]);
+    let provisioner = cluster.provisioner("csi-provisioner-0", &["--strict-topology"]);
     cluster.create_claim("late", "late", "100Mi").await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Positive signal: the controller-manager stand-in waits for a consumer, and the
+    // provisioner has acted on the claim as it stands.
+    cluster.first_event("WaitForFirstConsumer", SHORT).await;
+    provisioner
+        .settled("claims", async || cluster.touch_claim("late").await)
+        .await;
     assert_eq!(
         cluster.driver.call_count(Method::CreateVolume),
         0,
@@ -408,7 +413,7 @@ async fn a_retain_volume_never_reaches_the_driver() {
     let mut kept = class("kept", "Immediate");
     kept.reclaim_policy = Some("Retain".into());
     cluster.create_class(kept).await;
-    let _provisioner = cluster.provisioner("csi-provisioner-0", &[]);
+    let provisioner = cluster.provisioner("csi-provisioner-0", &[]);
     cluster.create_claim("kept", "kept", "1Mi").await;
     let (_, volume) = cluster.bound("kept", SHORT).await;
     let pv_name = volume.metadata.name.unwrap();
@@ -433,7 +438,10 @@ async fn a_retain_volume_never_reaches_the_driver() {
         (pv.status?.phase.as_deref() == Some("Released")).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Positive signal: the provisioner has acted on the Released volume.
+    provisioner
+        .settled("volumes", async || cluster.touch_volume(&pv_name).await)
+        .await;
     assert_eq!(cluster.driver.call_count(Method::DeleteVolume), 0);
     assert_eq!(cluster.driver.volumes().len(), 1);
 }
@@ -537,7 +545,7 @@ async fn a_claim_deleted_while_create_volume_is_in_flight_leaks_no_volume() {
         .driver
         .inject(Fault::delay(Method::CreateVolume, Duration::from_secs(3)).on(When::Nth(1)));
     cluster.create_class(class("fast", "Immediate")).await;
-    let _provisioner = cluster.provisioner("csi-provisioner-0", &[]);
+    let mut provisioner = cluster.provisioner("csi-provisioner-0", &[]);
     cluster.create_claim("doomed", "fast", "1Mi").await;
     cluster
         .driver
@@ -557,7 +565,11 @@ async fn a_claim_deleted_while_create_volume_is_in_flight_leaks_no_volume() {
         1,
         "the answered create is not repeated"
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Positive signal: the clean-up of the deleted claim is finished and nothing is queued.
+    provisioner
+        .wait_logged("deleted the volume of a claim deleted during provisioning")
+        .await;
+    provisioner.queue_idle("claims").await;
     assert!(
         cluster.driver.volumes().is_empty(),
         "no volume left on the driver"
@@ -586,7 +598,7 @@ async fn a_claim_deleted_while_its_timed_out_create_is_in_backoff_leaks_no_volum
         .on(When::After(1)),
     );
     cluster.create_class(class("fast", "Immediate")).await;
-    let _provisioner = cluster.provisioner(
+    let mut provisioner = cluster.provisioner(
         "csi-provisioner-0",
         &[
             "--timeout=1s",
@@ -628,7 +640,11 @@ async fn a_claim_deleted_while_its_timed_out_create_is_in_backoff_leaks_no_volum
         creates.iter().all(|r| r.name == creates[0].name),
         "always the same name"
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Positive signal: the clean-up of the deleted claim is finished and nothing is queued.
+    provisioner
+        .wait_logged("deleted the volume of a claim deleted during provisioning")
+        .await;
+    provisioner.queue_idle("claims").await;
     assert!(
         cluster.driver.volumes().is_empty(),
         "no volume left on the driver"
@@ -844,7 +860,7 @@ async fn sigterm_stops_cleanly_and_hands_the_lease_back() {
             .then_some(())
     })
     .await;
-    provisioner.sigterm().await;
+    provisioner.sigterm();
     assert_eq!(provisioner.exit_code(SHORT).await, Some(0));
     let lease = leases.get("hostpath-csi-k8s-io").await.unwrap();
     assert_eq!(
@@ -936,7 +952,7 @@ async fn sigterm_while_waiting_for_the_driver_socket_exits_0_at_once() {
     ];
     let mut provisioner = Provisioner::spawn_args(&cluster, "csi-provisioner-0", &args, port);
     provisioner.wait_logged("Connecting").await;
-    provisioner.sigterm().await;
+    provisioner.sigterm();
     assert_eq!(provisioner.exit_code(AT_ONCE).await, Some(0));
 }
 
@@ -950,7 +966,7 @@ async fn sigterm_while_the_driver_is_not_ready_exits_0_at_once() {
         .wait_for_calls(Method::Probe, 2, SHORT)
         .await
         .unwrap();
-    provisioner.sigterm().await;
+    provisioner.sigterm();
     assert_eq!(provisioner.exit_code(AT_ONCE).await, Some(0));
     assert_eq!(cluster.driver.call_count(Method::GetPluginInfo), 0);
 }
@@ -964,11 +980,11 @@ async fn sigterm_while_waiting_for_the_lease_exits_0_at_once() {
         "--leader-election-renew-deadline=40s",
         "--leader-election-retry-period=1s",
     ];
-    let leader = cluster.provisioner("replica-a", &le);
+    let mut leader = cluster.provisioner("replica-a", &le);
     leader.wait_logged("successfully acquired lease").await;
     let mut standby = cluster.provisioner("replica-b", &le);
     standby.wait_logged("new leader detected").await;
-    standby.sigterm().await;
+    standby.sigterm();
     assert_eq!(standby.exit_code(AT_ONCE).await, Some(0));
 }
 
@@ -1107,7 +1123,7 @@ async fn a_driver_stopping_after_sigterm_is_a_shutdown_not_a_lost_connection() {
         .wait_for_calls(Method::CreateVolume, 1, SHORT)
         .await
         .unwrap();
-    provisioner.sigterm().await;
+    provisioner.sigterm();
     provisioner
         .wait_logged("shutting down: the CSI driver may stop with us")
         .await;
@@ -1126,7 +1142,7 @@ async fn version_is_the_crate_version_and_the_git_revision() {
         .await
         .unwrap();
     assert_eq!(output.status.code(), Some(0));
-    let expected = testbed::version::expected(
+    let expected = testbed_support::version::expected(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
         env!("CARGO_PKG_VERSION"),
     );

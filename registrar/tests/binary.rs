@@ -1,5 +1,5 @@
 //! Whole-binary tests: the real `csi-node-driver-registrar` executable between the workspace's
-//! mock CSI driver and the fake kubelet plugin watcher (`testbed::kubelet`), all on temp-dir
+//! mock CSI driver and the fake kubelet plugin watcher (`testbed_kubelet`), all on temp-dir
 //! unix sockets, with `/healthz` observed over real HTTP as kubelet's liveness probe sees it.
 
 #![allow(
@@ -11,15 +11,16 @@
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use testbed::grpc_dial::Authority;
-use testbed::http_client::{self, HttpResponse};
-use testbed::kubelet::{FakeKubelet, KubeletConfig, KubeletEvent, NotifyOutcome, Verdict};
-use testbed::mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
-use testbed::wait::eventually;
-use tokio::process::{Child, Command};
+use testbed_kubelet::grpc_dial::Authority;
+use testbed_kubelet::{FakeKubelet, KubeletConfig, KubeletEvent, NotifyOutcome, Verdict};
+use testbed_mock_csi::{Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle};
+use testbed_support::http_client::{self, HttpResponse};
+use testbed_support::process::{ChildProcess, Signal};
+use testbed_support::wait::eventually;
+use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_csi-node-driver-registrar");
 const DRIVER: &str = "hostpath.csi.k8s.io";
@@ -32,7 +33,7 @@ fn free_port() -> SocketAddr {
 
 /// A node: the driver's socket directory, the plugins registry directory and the driver.
 struct Node {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     plugins: PathBuf,
     driver: MockDriverHandle,
 }
@@ -55,7 +56,7 @@ impl Node {
             .await
             .unwrap();
         Self {
-            _dir: dir,
+            dir,
             plugins,
             driver,
         }
@@ -63,6 +64,11 @@ impl Node {
 
     fn socket(&self) -> PathBuf {
         self.plugins.join(format!("{DRIVER}-reg.sock"))
+    }
+
+    /// The registrar's log (stdout and stderr), replaced by each start.
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("registrar.log")
     }
 
     fn kubelet(&self) -> FakeKubelet {
@@ -100,7 +106,7 @@ impl Node {
     fn start(&self, extra: &[&str]) -> Registrar {
         let mut args = self.args();
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        Registrar::spawn(&args, None)
+        Registrar::spawn(&args, None, &self.log())
     }
 
     fn start_with_http(&self, extra: &[&str]) -> Registrar {
@@ -108,76 +114,48 @@ impl Node {
         let mut args = self.args();
         args.push(format!("--http-endpoint={addr}"));
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        Registrar::spawn(&args, Some(addr))
+        Registrar::spawn(&args, Some(addr), &self.log())
     }
 }
 
 struct Registrar {
-    child: Child,
+    process: ChildProcess,
     http: Option<SocketAddr>,
 }
 
 impl Registrar {
-    fn spawn(args: &[String], http: Option<SocketAddr>) -> Self {
-        let child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Self { child, http }
-    }
-
-    /// Like [`Registrar::spawn`] with stderr written to `log`, for tests that wait on a log line
-    /// while the process runs.
-    fn spawn_logging(args: &[String], log: &Path) -> Self {
-        let child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Self { child, http: None }
+    fn spawn(args: &[String], http: Option<SocketAddr>, log: &Path) -> Self {
+        let process = ChildProcess::spawn("registrar", Path::new(BIN), args, log).unwrap();
+        Self { process, http }
     }
 
     async fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
         http_client::get(self.http.unwrap(), path, Duration::from_secs(10)).await
     }
 
-    async fn signal(&self, signal: &str) {
-        let pid = self.child.id().unwrap();
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()
-            .await
-            .unwrap();
-        assert!(status.success());
+    fn signal(&self, signal: Signal) {
+        self.process.signal(signal).unwrap();
     }
 
-    /// Waits for the process to exit by itself and returns its exit code and stderr.
+    /// Waits for the process to exit by itself and returns its exit code and log.
     async fn exit(self) -> (Option<i32>, String) {
-        let output: Output = tokio::time::timeout(WAIT, self.child.wait_with_output())
-            .await
-            .expect("the registrar did not exit in time")
-            .unwrap();
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
+        self.exit_within(WAIT).await
+    }
+
+    /// Like [`Registrar::exit`], failing unless it exits within `timeout`.
+    async fn exit_within(mut self, timeout: Duration) -> (Option<i32>, String) {
+        let status = self.process.wait_exit(timeout).await.unwrap();
+        (status.code(), self.process.log_text())
     }
 }
 
 async fn wait_for_path(path: &Path, present: bool) {
-    for _ in 0..300 {
-        if path.exists() == present {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{} never became present={present}", path.display());
+    eventually(
+        &format!("{} present={present}", path.display()),
+        WAIT,
+        async || (path.exists() == present).then_some(()),
+    )
+    .await;
 }
 
 fn assert_private_socket(path: &Path) {
@@ -250,7 +228,7 @@ async fn every_client_style_of_authority_registers_including_the_socket_path_kub
             "{authority:?}"
         );
         assert_eq!(plugin.node.unwrap().node_id, "ref-node", "{authority:?}");
-        registrar.signal("TERM").await;
+        registrar.signal(Signal::TERM);
         let (code, stderr) = registrar.exit().await;
         assert_eq!(code, Some(0), "{authority:?}: {stderr}");
     }
@@ -383,7 +361,7 @@ async fn sigterm_removes_the_registration_socket_and_exits_0() {
     let registrar = node.start(&[]);
     kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
 
-    registrar.signal("TERM").await;
+    registrar.signal(Signal::TERM);
     let (code, stderr) = registrar.exit().await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!node.socket().exists());
@@ -396,27 +374,20 @@ async fn sigterm_removes_the_registration_socket_and_exits_0() {
 async fn a_driver_stopping_before_sigterm_is_not_a_lost_connection() {
     let node = Node::new().await;
     let kubelet = node.kubelet();
-    let log = node.plugins.with_file_name("registrar.log");
     let mut args = node.args();
     args.push("-v=5".to_owned());
-    let registrar = Registrar::spawn_logging(&args, &log);
+    let mut registrar = Registrar::spawn(&args, None, &node.log());
     kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
     node.driver.stop().await.unwrap();
     // Positive signal: the registrar saw the connection end (debug level at -v=5).
-    eventually(
-        "the registrar to see the driver connection end",
-        WAIT,
-        async || {
-            let text = std::fs::read_to_string(&log).unwrap();
-            text.contains("Connection closed during shutdown")
-                .then_some(())
-        },
-    )
-    .await;
-    registrar.signal("TERM").await;
-    let (code, _) = registrar.exit().await;
+    registrar
+        .process
+        .wait_logged("Connection closed during shutdown", WAIT)
+        .await
+        .unwrap();
+    registrar.signal(Signal::TERM);
+    let (code, text) = registrar.exit().await;
     assert_eq!(code, Some(0));
-    let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.contains("Lost connection"), "{text}");
 }
 
@@ -425,7 +396,7 @@ async fn sigint_also_removes_the_registration_socket_and_exits_0() {
     let node = Node::new().await;
     let registrar = node.start(&[]);
     wait_for_path(&node.socket(), true).await;
-    registrar.signal("INT").await;
+    registrar.signal(Signal::INT);
     let (code, stderr) = registrar.exit().await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!node.socket().exists());
@@ -438,7 +409,7 @@ async fn a_stale_socket_is_replaced_but_a_regular_file_is_a_fatal_error() {
     let kubelet = node.kubelet();
     let registrar = node.start(&[]);
     kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
-    registrar.signal("TERM").await;
+    registrar.signal(Signal::TERM);
     assert_eq!(registrar.exit().await.0, Some(0));
 
     std::fs::write(node.socket(), b"precious").unwrap();
@@ -508,14 +479,9 @@ async fn an_unreachable_driver_exits_1_after_30_seconds() {
     let node = Node::new().await;
     node.driver.stop().await.unwrap();
     let started = tokio::time::Instant::now();
-    let registrar = node.start(&[]);
-    let output = tokio::time::timeout(Duration::from_mins(1), registrar.child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let (code, stderr) = node.start(&[]).exit_within(Duration::from_mins(1)).await;
     let took = started.elapsed();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(took >= Duration::from_secs(29), "{took:?}");
     assert!(took < Duration::from_secs(45), "{took:?}");
     assert!(stderr.contains("context deadline exceeded"), "{stderr}");
@@ -526,20 +492,15 @@ async fn while_waiting_for_the_driver_healthz_is_404_and_a_signal_exits_0() {
     let node = Node::new().await;
     node.driver.stop().await.unwrap();
     let registrar = node.start_with_http(&[]);
-    let mut healthz = None;
-    for _ in 0..100 {
-        if let Ok(response) = registrar.get("/healthz").await {
-            healthz = Some(response);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let healthz = healthz.expect("the HTTP server never answered");
+    let healthz = eventually("the HTTP server to answer", WAIT, async || {
+        registrar.get("/healthz").await.ok()
+    })
+    .await;
     assert_eq!(
         (healthz.status, healthz.body.as_str()),
         (404, "registration socket does not exist")
     );
-    registrar.signal("TERM").await;
+    registrar.signal(Signal::TERM);
     assert_eq!(registrar.exit().await.0, Some(0));
 }
 
@@ -553,10 +514,8 @@ async fn sigterm_while_the_driver_has_not_answered_get_plugin_info_exits_0_at_on
         .wait_for_calls(Method::GetPluginInfo, 1, WAIT)
         .await
         .unwrap();
-    registrar.signal("TERM").await;
-    let (code, stderr) = tokio::time::timeout(Duration::from_secs(5), registrar.exit())
-        .await
-        .expect("exited at once after SIGTERM");
+    registrar.signal(Signal::TERM);
+    let (code, stderr) = registrar.exit_within(Duration::from_secs(5)).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(std::fs::read_dir(&node.plugins).unwrap().count(), 0);
 }
@@ -593,7 +552,7 @@ async fn version_prints_argv0_and_the_version_with_either_dash_form() {
             stdout,
             format!(
                 "{BIN} {}\n",
-                testbed::version::expected(
+                testbed_support::version::expected(
                     Path::new(env!("CARGO_MANIFEST_DIR")),
                     env!("CARGO_PKG_VERSION")
                 )
@@ -686,7 +645,11 @@ async fn deprecated_flags_are_accepted_and_the_health_port_serves_healthz() {
         "-enable-pprof".to_owned(),
         "-v=5".to_owned(),
     ]);
-    let registrar = Registrar::spawn(&args, Some(SocketAddr::from(([127, 0, 0, 1], port))));
+    let registrar = Registrar::spawn(
+        &args,
+        Some(SocketAddr::from(([127, 0, 0, 1], port))),
+        &node.log(),
+    );
     kubelet.wait_registered(DRIVER, WAIT).await.unwrap();
     let healthz = registrar.get("/healthz").await.unwrap();
     assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok"));

@@ -270,37 +270,3 @@ fn the_recorder_never_blocks_when_its_queue_is_full() {
     assert_eq!(rx.try_recv().unwrap().message, "one");
     assert!(rx.try_recv().is_err(), "the second event was dropped");
 }
-
-#[tokio::test]
-async fn the_writer_creates_then_patches_events_on_the_api_server() {
-    use k8s_openapi::api::core::v1::Event;
-    let server = testbed::apiserver::ApiServer::with_config(testbed::apiserver::Config {
-        namespaces: vec!["default".into(), "fixtures".into()],
-        ..testbed::apiserver::Config::default()
-    });
-    let client = server.client();
-    let (recorder, writer) = EventRecorder::new(client.clone(), COMPONENT.into());
-    let writer = tokio::spawn(writer);
-    recorder.event(
-        &claim("fx-pvc"),
-        EventType::Warning,
-        "ProvisioningFailed",
-        "boom",
-    );
-    recorder.event(
-        &claim("fx-pvc"),
-        EventType::Warning,
-        "ProvisioningFailed",
-        "boom",
-    );
-    drop(recorder);
-    writer.await.unwrap();
-    let events: Api<Event> = Api::namespaced(client, "fixtures");
-    let list = events
-        .list(&kube::api::ListParams::default())
-        .await
-        .unwrap();
-    assert_eq!(list.items.len(), 1, "{list:?}");
-    assert_eq!(list.items[0].count, Some(2));
-    assert_eq!(list.items[0].message.as_deref(), Some("boom"));
-}

@@ -483,7 +483,7 @@ fn create_volume_reply(context_len: usize) -> Reply {
 
 #[tokio::test]
 async fn call_log_strips_secrets_and_shows_request_and_response() {
-    let (logs, _guard) = testbed::logs::capture();
+    let (logs, _guard) = csi_common::test_support::logs::capture();
     let metrics = metrics();
     let (inner, _) = scripted(create_volume_reply(3));
     let logging = CallLogging::On {
@@ -511,7 +511,7 @@ async fn call_log_strips_secrets_and_shows_request_and_response() {
 
 #[tokio::test]
 async fn call_log_caps_long_responses() {
-    let (logs, _guard) = testbed::logs::capture();
+    let (logs, _guard) = csi_common::test_support::logs::capture();
     let metrics = metrics();
     let (inner, _) = scripted(create_volume_reply(500));
     let logging = CallLogging::On {
@@ -535,7 +535,7 @@ async fn call_log_caps_long_responses() {
 
 #[tokio::test]
 async fn failed_call_logs_the_error_and_an_empty_response() {
-    let (logs, _guard) = testbed::logs::capture();
+    let (logs, _guard) = csi_common::test_support::logs::capture();
     let metrics = metrics();
     let (inner, _) = scripted(Reply::TrailersOnly(Code::OutOfRange, "too big"));
     let logging = CallLogging::On {
@@ -563,7 +563,7 @@ async fn failed_call_logs_the_error_and_an_empty_response() {
 
 #[tokio::test]
 async fn nothing_is_logged_when_call_logging_is_off() {
-    let (logs, _guard) = testbed::logs::capture();
+    let (logs, _guard) = csi_common::test_support::logs::capture();
     let metrics = metrics();
     let (inner, _) = scripted(create_volume_reply(3));
     let mut client = ControllerClient::new(layer(&metrics, None, CallLogging::Off).layer(inner));

@@ -19,12 +19,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use proto::csi::v1::{CreateVolumeRequest, CreateVolumeResponse, DeleteVolumeRequest, Volume};
-use testbed::apiserver::ApiServer;
+use testbed_cluster::apiserver::ApiServer;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tonic::Code;
 
-use testbed::wait::eventually;
+use testbed_support::wait::eventually;
 
 use super::*;
 use crate::args::RetrySettings;

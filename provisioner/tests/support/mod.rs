@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
@@ -24,14 +23,14 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use testbed::apiserver::{ApiServer, Listening};
-use testbed::kcm::{self, ControllerManager};
-use testbed::mock_csi::{
+use testbed_cluster::apiserver::{ApiServer, Listening};
+use testbed_cluster::kcm::{self, ControllerManager};
+use testbed_mock_csi::{
     DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, MockDriver, MockDriverConfig, MockDriverHandle,
 };
-use tokio::process::{Child, Command};
+use testbed_support::process::{ChildProcess, CommandLine, Signal};
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_csi-provisioner");
 pub(crate) const DRIVER: &str = "hostpath.csi.k8s.io";
@@ -217,6 +216,23 @@ impl Cluster {
             .collect()
     }
 
+    /// Updates an annotation of claim `name`: an event the provisioner's informer delivers
+    /// after every earlier change of the claim.
+    pub(crate) async fn touch_claim(&self, name: &str) {
+        self.claims()
+            .patch(name, &PatchParams::default(), &touch())
+            .await
+            .unwrap();
+    }
+
+    /// As [`Cluster::touch_claim`], for PV `name`.
+    pub(crate) async fn touch_volume(&self, name: &str) {
+        self.volumes()
+            .patch(name, &PatchParams::default(), &touch())
+            .await
+            .unwrap();
+    }
+
     pub(crate) async fn volume_count(&self) -> usize {
         self.volumes()
             .list(&ListParams::default())
@@ -225,6 +241,17 @@ impl Cluster {
             .items
             .len()
     }
+}
+
+/// A merge patch that changes nothing the provisioner reads but still makes a watch event.
+fn touch() -> Patch<serde_json::Value> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    Patch::Merge(serde_json::json!({
+        "metadata": {"annotations": {"test.csi.k8s.io/touched": nanos.to_string()}}
+    }))
 }
 
 pub(crate) fn driver_config() -> MockDriverConfig {
@@ -267,7 +294,7 @@ pub(crate) fn claim(name: &str, class: &str, size: &str) -> PersistentVolumeClai
     }
 }
 
-pub(crate) use testbed::wait::eventually;
+pub(crate) use testbed_support::wait::eventually;
 
 pub(crate) fn free_port() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -276,10 +303,8 @@ pub(crate) fn free_port() -> SocketAddr {
 
 /// A running `csi-provisioner`; killed on drop, its log printed if the test is failing.
 pub(crate) struct Provisioner {
-    pub(crate) child: Child,
+    pub(crate) process: ChildProcess,
     pub(crate) http: SocketAddr,
-    log: PathBuf,
-    name: String,
 }
 
 impl Provisioner {
@@ -299,29 +324,21 @@ impl Provisioner {
     }
 
     fn spawn(log: &Path, name: &str, args: &[String], http: SocketAddr) -> Self {
-        let file = std::fs::File::create(log).unwrap();
-        let child = Command::new(BIN)
-            .args(args)
-            .env("HOSTNAME", name)
-            .stdout(Stdio::null())
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Self {
-            child,
-            http,
-            log: log.to_owned(),
-            name: name.to_owned(),
-        }
+        // The elector's identity is the pod name, which a pod has as HOSTNAME.
+        let command = CommandLine::new(BIN, args).env("HOSTNAME", name);
+        let process = ChildProcess::start(name, command, log).unwrap();
+        Self { process, http }
     }
 
     pub(crate) fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.log_text()
     }
 
-    pub(crate) async fn get(&self, path: &str) -> Option<testbed::http_client::HttpResponse> {
-        testbed::http_client::get(self.http, path, Duration::from_secs(5))
+    pub(crate) async fn get(
+        &self,
+        path: &str,
+    ) -> Option<testbed_support::http_client::HttpResponse> {
+        testbed_support::http_client::get(self.http, path, Duration::from_secs(5))
             .await
             .ok()
     }
@@ -329,58 +346,80 @@ impl Provisioner {
     /// Waits until the diagnostics server answers (it starts once the driver is known).
     pub(crate) async fn wait_serving(&self) {
         eventually(
-            &format!("{} serving /metrics", self.name),
+            &format!("{} serving /metrics", self.process.name()),
             Duration::from_secs(20),
             async || self.get("/metrics").await.filter(|r| r.status == 200),
         )
         .await;
     }
 
+    /// The value of one series of `/metrics`, e.g. `workqueue_adds_total{name="claims"}`.
+    pub(crate) async fn metric(&self, series: &str) -> Option<f64> {
+        let body = self.get("/metrics").await.filter(|r| r.status == 200)?.body;
+        body.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// `workqueue_adds_total` of work queue `queue` ("claims" or "volumes").
+    async fn queue_adds(&self, queue: &str) -> Option<f64> {
+        self.metric(&format!("workqueue_adds_total{{name=\"{queue}\"}}"))
+            .await
+    }
+
+    /// Waits until work queue `queue` has finished every item added to it (client-go counts
+    /// each add once and each finished item once); returns the adds.
+    pub(crate) async fn queue_idle(&self, queue: &str) -> f64 {
+        eventually(
+            &format!("the {queue} queue idle"),
+            Duration::from_secs(20),
+            async || {
+                let adds = self.queue_adds(queue).await?;
+                let done = self
+                    .metric(&format!(
+                        "workqueue_work_duration_seconds_count{{name=\"{queue}\"}}"
+                    ))
+                    .await?;
+                (done >= adds).then_some(adds)
+            },
+        )
+        .await
+    }
+
+    /// The positive signal that the provisioner has acted on the current state of the objects
+    /// of `queue`: waits until the queue is idle, makes an update with `touch` (which the
+    /// informer delivers after every earlier change), and waits until that add is finished
+    /// too. What it would have done about an earlier change is then done.
+    pub(crate) async fn settled(&self, queue: &str, touch: impl AsyncFnOnce()) {
+        let before = self.queue_idle(queue).await;
+        touch().await;
+        eventually(
+            &format!("the {queue} queue to take the touch"),
+            Duration::from_secs(20),
+            async || (self.queue_adds(queue).await? > before).then_some(()),
+        )
+        .await;
+        self.queue_idle(queue).await;
+    }
+
     /// Waits for the process to exit; returns its exit code.
     pub(crate) async fn exit_code(&mut self, timeout: Duration) -> Option<i32> {
-        let status = tokio::time::timeout(timeout, self.child.wait())
-            .await
-            .expect("the provisioner exits")
-            .unwrap();
-        status.code()
+        self.process.wait_exit(timeout).await.unwrap().code()
     }
 
     /// Sends SIGTERM, as kubelet does to stop the container.
-    pub(crate) async fn sigterm(&self) {
-        let pid = self.child.id().unwrap().to_string();
-        let status = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .await
-            .unwrap();
-        assert!(status.success());
+    pub(crate) fn sigterm(&self) {
+        self.process.signal(Signal::TERM).unwrap();
     }
 
     /// Waits until the log contains `line`: the positive signal that the process got there.
-    pub(crate) async fn wait_logged(&self, line: &str) {
-        eventually(
-            &format!("{line:?} in the {} log", self.name),
-            Duration::from_secs(20),
-            async || self.log().contains(line).then_some(()),
-        )
-        .await;
+    pub(crate) async fn wait_logged(&mut self, line: &str) {
+        self.process
+            .wait_logged(line, Duration::from_secs(20))
+            .await
+            .unwrap();
     }
 
     pub(crate) fn kill(&mut self) {
-        let _ = self.child.start_kill();
-    }
-}
-
-impl Drop for Provisioner {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = self.log();
-            let tail: Vec<&str> = log.lines().rev().take(80).collect();
-            eprintln!("---- {} log (last lines) ----", self.name);
-            for line in tail.iter().rev() {
-                eprintln!("{line}");
-            }
-        }
-        let _ = self.child.start_kill();
+        self.process.kill();
     }
 }

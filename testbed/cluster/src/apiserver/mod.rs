@@ -1,0 +1,291 @@
+//! An in-memory Kubernetes API server for tests and demos: real HTTP semantics of
+//! kube-apiserver v1.36.2 (as captured in the golden fixtures) for the resources the CSI
+//! sidecars touch, usable in-process as a tower service for `kube::Client::new` or listening
+//! on 127.0.0.1 with a generated kubeconfig for real binaries and kubectl.
+//!
+//! What it models: one store with a global resourceVersion and per-resource history (watch
+//! resume, 410 Expired after compaction), LIST with selectors and pagination, WATCH with
+//! bookmarks and streaming lists, create/update/patch/delete with optimistic concurrency,
+//! finalizers, status subresources, admission defaults, validation (422 with causes), discovery
+//! and fault injection. What it does not: authentication/authorization (everything is
+//! allowed), managedFields, protobuf, YAML bodies other than JSON, garbage collection of
+//! dependents, controllers (no PV binder, no pvc-protection controller: the finalizers it adds
+//! stay until a client removes them).
+
+mod admission;
+mod decode;
+mod delete;
+mod discovery;
+mod encode;
+mod events;
+mod faults;
+mod handlers;
+mod kubeconfig;
+mod list;
+mod namespaces;
+pub mod patch;
+mod quantity;
+mod render;
+mod request;
+mod requests;
+mod resources;
+mod routes;
+mod selectors;
+mod status;
+mod store;
+mod validation;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+pub use faults::Faults;
+pub use kubeconfig::Listening;
+pub use requests::RequestCounts;
+pub use status::ApiError;
+
+/// Tunables of an [`ApiServer`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Events kept per resource for watch resume and consistent pagination; older
+    /// resourceVersions answer 410 Expired.
+    pub history: usize,
+    /// Interval of periodic watch bookmarks (kube-apiserver sends one about every minute).
+    pub bookmark_interval: Duration,
+    /// Namespaces that exist from the start.
+    pub namespaces: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            history: store::DEFAULT_HISTORY,
+            bookmark_interval: Duration::from_mins(1),
+            namespaces: ["default", "kube-system", "kube-public", "kube-node-lease"]
+                .map(str::to_owned)
+                .to_vec(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    store: Arc<store::Store>,
+    faults: Faults,
+    requests: RequestCounts,
+    config: Config,
+}
+
+/// Errors of the direct (non-HTTP) store access helpers.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The type is not a resource this server serves.
+    #[error("resource {0} is not served by the in-memory API server")]
+    UnknownResource(String),
+    /// The object could not be converted to or from JSON.
+    #[error("object does not round-trip through JSON")]
+    Json(#[source] serde_json::Error),
+    /// The object has no name.
+    #[error("object has no metadata.name")]
+    NoName,
+}
+
+/// Handle to one in-memory API server; clones share the same state.
+#[derive(Debug, Clone)]
+pub struct ApiServer {
+    shared: Arc<Shared>,
+}
+
+impl Default for ApiServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ApiServer {
+    /// A server with the default configuration and namespaces `default`, `kube-system`,
+    /// `kube-public` and `kube-node-lease`.
+    pub fn new() -> Self {
+        Self::with_config(Config::default())
+    }
+
+    /// A server with `config`.
+    pub fn with_config(config: Config) -> Self {
+        let store = Arc::new(store::Store::new(config.history));
+        let server = Self {
+            shared: Arc::new(Shared {
+                faults: Faults::new(store.clone()),
+                requests: RequestCounts::default(),
+                store,
+                config,
+            }),
+        };
+        for ns in server.shared.config.namespaces.clone() {
+            let namespace = json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}},
+                "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}
+            });
+            server.put_raw("", "namespaces", namespace);
+        }
+        server
+    }
+
+    /// The server as an axum router (a tower service), for in-process clients.
+    pub fn router(&self) -> axum::Router {
+        axum::Router::new()
+            .fallback(routes::dispatch)
+            .with_state(self.shared.clone())
+    }
+
+    /// A `kube::Client` talking to this server in-process (default namespace `default`).
+    pub fn client(&self) -> kube::Client {
+        kube::Client::new(self.router(), "default")
+    }
+
+    /// Listen on 127.0.0.1 with a random port (plain HTTP/1.1).
+    pub async fn listen(&self) -> std::io::Result<Listening> {
+        Listening::start(self.router()).await
+    }
+
+    /// Fault injection.
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    /// The resource requests received so far.
+    pub fn requests(&self) -> &RequestCounts {
+        &self.shared.requests
+    }
+
+    /// The current resourceVersion (the last write's).
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store.lock().rv()
+    }
+
+    /// The resource of a typed object, if served.
+    fn info_of<K: kube::Resource<DynamicType = ()>>()
+    -> Result<&'static resources::ResourceInfo, StoreError> {
+        let (group, version, plural) = (K::group(&()), K::version(&()), K::plural(&()));
+        resources::find(&group, &version, &plural)
+            .ok_or_else(|| StoreError::UnknownResource(format!("{plural}.{group}/{version}")))
+    }
+
+    /// Read an object directly from the store (no HTTP, no fault injection).
+    pub fn get_object<K>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError>
+    where
+        K: kube::Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let info = Self::info_of::<K>()?;
+        let storage = render::storage_info(info);
+        let ns = namespace.filter(|_| info.namespaced);
+        let Some(obj) = self
+            .shared
+            .store
+            .lock()
+            .get(storage.bucket, &store::key(ns, name))
+        else {
+            return Ok(None);
+        };
+        serde_json::from_value(render::to_view(info, &obj))
+            .map(Some)
+            .map_err(StoreError::Json)
+    }
+
+    /// List objects directly from the store (`None`: all namespaces), in key order.
+    pub fn list_objects<K>(&self, namespace: Option<&str>) -> Result<Vec<K>, StoreError>
+    where
+        K: kube::Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let info = Self::info_of::<K>()?;
+        let storage = render::storage_info(info);
+        let prefix = store::prefix(namespace.filter(|_| info.namespaced));
+        let objects = self.shared.store.lock().range(storage.bucket, &prefix);
+        objects
+            .into_iter()
+            .map(|(_, o)| {
+                serde_json::from_value(render::to_view(info, &o)).map_err(StoreError::Json)
+            })
+            .collect()
+    }
+
+    /// Store an object as is, bypassing admission and validation (test setup, e.g. a PVC
+    /// already Bound): creates or replaces it, keeping uid and creationTimestamp of an existing
+    /// object and filling them for a new one. Watchers see ADDED or MODIFIED.
+    pub fn put_object<K>(&self, object: &K) -> Result<K, StoreError>
+    where
+        K: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+    {
+        let info = Self::info_of::<K>()?;
+        let mut value = serde_json::to_value(object).map_err(StoreError::Json)?;
+        value["kind"] = json!(info.kind);
+        value["apiVersion"] = json!(info.api_version());
+        if value["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+            return Err(StoreError::NoName);
+        }
+        let stored = self.put_raw_info(info, render::to_storage(info, value));
+        serde_json::from_value(render::to_view(info, &stored)).map_err(StoreError::Json)
+    }
+
+    /// Remove an object at once, ignoring finalizers (watchers see DELETED). Returns whether
+    /// it existed.
+    pub fn delete_object<K>(&self, namespace: Option<&str>, name: &str) -> Result<bool, StoreError>
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        let info = Self::info_of::<K>()?;
+        let storage = render::storage_info(info);
+        let ns = namespace.filter(|_| info.namespaced);
+        Ok(self
+            .shared
+            .store
+            .lock()
+            .remove(storage.bucket, store::key(ns, name))
+            .is_some())
+    }
+
+    fn put_raw(&self, group: &str, plural: &str, value: Value) -> Value {
+        match resources::find(group, "v1", plural) {
+            Some(info) => self.put_raw_info(info, value),
+            None => value,
+        }
+    }
+
+    fn put_raw_info(&self, info: &'static resources::ResourceInfo, mut value: Value) -> Value {
+        let storage = render::storage_info(info);
+        let name = value["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        let ns = value["metadata"]["namespace"].as_str().map(str::to_owned);
+        let ns = ns.as_deref().filter(|_| storage.namespaced);
+        let key = store::key(ns, &name);
+        let mut inner = self.shared.store.lock();
+        let existing = inner.get(storage.bucket, &key);
+        for field in ["uid", "creationTimestamp"] {
+            let current = existing.as_ref().map(|e| e["metadata"][field].clone());
+            match current {
+                Some(v) if !v.is_null() => value["metadata"][field] = v,
+                _ if value["metadata"][field].is_null() => {
+                    value["metadata"][field] = json!(match field {
+                        "uid" => admission::new_uid(),
+                        _ => admission::now(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        admission::normalize(storage, &mut value);
+        let stored = if existing.is_some() {
+            inner.replace(storage.bucket, key, value)
+        } else {
+            inner.insert(storage.bucket, key, value)
+        };
+        (*stored).clone()
+    }
+}

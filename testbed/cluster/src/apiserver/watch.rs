@@ -1,0 +1,290 @@
+//! WATCH: newline-delimited JSON events over a chunked HTTP/1.1 body, one event per chunk
+//! (fixtures b1-b5, c1, c4, d1-d4).
+//!
+//! - no resourceVersion or `0`: synthetic ADDED events for the current objects, then (with
+//!   `allowWatchBookmarks`) a BOOKMARK annotated `k8s.io/initial-events-end`;
+//! - `sendInitialEvents=true` (requires `resourceVersionMatch=NotOlderThan`, else 422): the same,
+//!   the streaming-list protocol of client-go 0.36 informers and kube-rs `streaming_lists()`;
+//! - `resourceVersion=N`: the history after N, then live events; N older than the retained
+//!   history answers HTTP 200 with one ERROR event (410 Expired) and ends;
+//! - at `timeoutSeconds` the body ends with no final event; [`super::Faults::drop_watches`]
+//!   ends every stream at once.
+//!
+//! Periodic bookmarks: one two seconds before the deadline of watches longer than three seconds
+//! (what the fixtures show) and then every `bookmark_interval`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use http::{HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::Shared;
+use super::encode;
+use super::list::{ReadRv, parse_rv, selectors};
+use super::render;
+use super::request::{Format, ResourceRequest};
+use super::resources::ResourceInfo;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::status::ApiError;
+use super::store::{self, EventType, Record};
+use super::validation::FieldError;
+
+/// Default watch length when the client sends no `timeoutSeconds` (upstream picks 30-60 min).
+const DEFAULT_TIMEOUT: Duration = Duration::from_mins(30);
+
+struct Filter {
+    info: &'static ResourceInfo,
+    bucket: &'static str,
+    prefix: String,
+    labels: LabelSelector,
+    fields: FieldSelector,
+    format: Format,
+}
+
+impl Filter {
+    fn matches(&self, obj: &Value) -> bool {
+        self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    fn event_line(&self, event: &str, stored: &Value) -> Bytes {
+        let view = render::to_view(self.info, stored);
+        let object = match self.format {
+            Format::Metadata => serde_json::to_vec(&render::partial(&view)).unwrap_or_default(),
+            Format::Object | Format::Table => encode::object_bytes(self.info, &view),
+        };
+        let mut line = encode::watch_event_bytes(event, &object);
+        line.push(b'\n');
+        Bytes::from(line)
+    }
+
+    /// What a live record means for this watcher (label changes turn MODIFIED into ADDED or
+    /// DELETED, as upstream's filtered watch does).
+    fn translate(&self, record: &Record) -> Option<Bytes> {
+        if record.bucket != self.bucket || !record.key.starts_with(&self.prefix) {
+            return None;
+        }
+        let now = self.matches(&record.object);
+        let before = record.prev.as_deref().is_some_and(|p| self.matches(p));
+        let event = match (record.event, before, now) {
+            (EventType::Added, _, true) | (EventType::Modified, false, true) => EventType::Added,
+            (EventType::Modified, true, true) => EventType::Modified,
+            (EventType::Modified, true, false) | (EventType::Deleted, _, true) => {
+                EventType::Deleted
+            }
+            _ => return None,
+        };
+        Some(self.event_line(event.as_str(), &record.object))
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let mut metadata = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let object = match self.format {
+            Format::Metadata => {
+                json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata})
+            }
+            Format::Object | Format::Table => {
+                let mut o = self.info.zero_value();
+                o["kind"] = json!(self.info.kind);
+                o["apiVersion"] = json!(self.info.api_version());
+                o["metadata"] = metadata;
+                o
+            }
+        };
+        let bytes = match self.format {
+            Format::Metadata => serde_json::to_vec(&object).unwrap_or_default(),
+            Format::Object | Format::Table => encode::object_bytes(self.info, &object),
+        };
+        let mut line = encode::watch_event_bytes("BOOKMARK", &bytes);
+        line.push(b'\n');
+        Bytes::from(line)
+    }
+}
+
+fn error_line(err: &ApiError) -> Bytes {
+    let status = super::status::status_bytes(&err.to_status());
+    let mut line = encode::watch_event_bytes("ERROR", &status);
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn too_old(requested: u64, oldest: u64) -> ApiError {
+    let mut err = ApiError::list_too_old();
+    err.message = format!("too old resource version: {requested} ({oldest})");
+    err
+}
+
+/// The option combinations upstream rejects with 422 (fixture d3).
+fn check_options(q: &super::request::Query) -> Result<(), ApiError> {
+    let send_initial = q.flag("sendInitialEvents");
+    let rv_match = q.get("resourceVersionMatch").filter(|s| !s.is_empty());
+    let why = if send_initial == Some(true) && rv_match != Some("NotOlderThan") {
+        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+    } else if rv_match.is_some() && send_initial.is_none() {
+        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+    } else {
+        return Ok(());
+    };
+    Err(ApiError::invalid_options(
+        "ListOptions",
+        &[FieldError::forbidden("resourceVersionMatch", why)],
+    ))
+}
+
+/// GET on a collection with `watch=true`.
+pub(crate) fn watch(shared: &Arc<Shared>, req: &ResourceRequest) -> Result<Response, ApiError> {
+    let q = &req.query;
+    check_options(q)?;
+    let send_initial = q.flag("sendInitialEvents");
+    let (labels, fields) = selectors(req)?;
+    let rv = parse_rv(q.get("resourceVersion"))?;
+    let allow_bookmarks = q.flag("allowWatchBookmarks") == Some(true);
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
+    let storage = render::storage_info(req.info);
+    let filter = Filter {
+        info: req.info,
+        bucket: storage.bucket,
+        prefix: store::prefix(req.namespace.as_deref()),
+        labels,
+        fields,
+        format: req.format,
+    };
+
+    let mut initial: Vec<Bytes> = Vec::new();
+    let mut ended = false;
+    let (live, start_rv) = {
+        let inner = shared.store.lock();
+        let live = inner.subscribe();
+        let current = inner.rv();
+        let snapshot = send_initial == Some(true) || matches!(rv, ReadRv::Latest | ReadRv::Any);
+        let start_rv = if snapshot {
+            for (_, obj) in inner.range(filter.bucket, &filter.prefix) {
+                if filter.matches(&obj) {
+                    initial.push(filter.event_line("ADDED", &obj));
+                }
+            }
+            if allow_bookmarks {
+                initial.push(filter.bookmark(current, true));
+            }
+            current
+        } else if let ReadRv::At(n) = rv {
+            match inner.history_after(filter.bucket, n) {
+                Ok(records) => {
+                    for record in records {
+                        if let Some(line) = filter.translate(&record) {
+                            initial.push(line);
+                        }
+                    }
+                    current.max(n)
+                }
+                Err(e) => {
+                    initial.push(error_line(&too_old(n, e.oldest)));
+                    ended = true;
+                    current
+                }
+            }
+        } else {
+            current
+        };
+        (live, start_rv)
+    };
+
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let epoch = shared.store.epoch();
+    let interval = shared.config.bookmark_interval;
+    tokio::spawn(async move {
+        for line in initial {
+            if tx.send(Ok(line)).await.is_err() {
+                return;
+            }
+        }
+        if !ended {
+            stream_live(
+                tx,
+                live,
+                epoch,
+                &filter,
+                start_rv,
+                timeout,
+                allow_bookmarks.then_some(interval),
+            )
+            .await;
+        }
+    });
+
+    let mut response = Response::new(Body::from_stream(ReceiverStream::new(rx)));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(response)
+}
+
+async fn stream_live(
+    tx: mpsc::Sender<Result<Bytes, Infallible>>,
+    mut live: broadcast::Receiver<Arc<Record>>,
+    mut epoch: tokio::sync::watch::Receiver<u64>,
+    filter: &Filter,
+    start_rv: u64,
+    timeout: Duration,
+    bookmark_interval: Option<Duration>,
+) {
+    let start = tokio::time::Instant::now();
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    // Every record up to `seen` has been looked at, so a bookmark at `seen` is truthful.
+    let mut seen = start_rv;
+    let mut next_bookmark = bookmark_interval.map(|every| {
+        if timeout > Duration::from_secs(3) {
+            (start + timeout - Duration::from_secs(2)).min(start + every)
+        } else {
+            start + every
+        }
+    });
+    loop {
+        let bookmark_at = next_bookmark.unwrap_or_else(|| start + timeout + Duration::from_secs(1));
+        tokio::select! {
+            () = &mut deadline => break,
+            changed = epoch.changed() => { let _ = changed; break }
+            () = tx.closed() => break,
+            () = tokio::time::sleep_until(bookmark_at), if next_bookmark.is_some() => {
+                if tx.send(Ok(filter.bookmark(seen, false))).await.is_err() {
+                    break;
+                }
+                next_bookmark = bookmark_interval.map(|every| tokio::time::Instant::now() + every);
+            }
+            record = live.recv() => match record {
+                Ok(record) => {
+                    if record.rv <= seen {
+                        continue;
+                    }
+                    seen = record.rv;
+                    if let Some(line) = filter.translate(&record)
+                        && tx.send(Ok(line)).await.is_err() {
+                            break;
+                        }
+                }
+                // A watcher too slow for the live channel is ended; the client re-watches
+                // from its last resourceVersion and the history fills the gap.
+                Err(broadcast::error::RecvError::Lagged(_) | broadcast::error::RecvError::Closed) => break,
+            },
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! Test support every crate's tests share: [`wait::eventually`] (the one way tests wait for a
+//! positive signal), a raw HTTP/1.1 client, the version string a sidecar must print, and
+//! [`process`], the one way tests and the sandbox run a binary as a child process.
+
+pub mod http_client;
+pub mod process;
+pub mod version;
+pub mod wait;
