@@ -35,4 +35,5 @@ pub mod status;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 pub mod version;
+pub mod volume_capability;
 pub mod workqueue;

@@ -1,0 +1,177 @@
+//! What a sync of one VolumeAttachment or PersistentVolume must do, decided from the cached
+//! objects alone (external-attacher `csi_handler.go` `syncAttach` / `syncDetach` /
+//! `SyncNewOrUpdatedPersistentVolume`, trivial_handler.go).
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use serde_json::Value;
+
+use crate::patch;
+
+/// The work a VolumeAttachment needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VaAction {
+    /// Another driver's VolumeAttachment: not ours to touch.
+    NotOurs,
+    /// Run the attach flow (ControllerPublishVolume).
+    Attach,
+    /// Run the detach flow (ControllerUnpublishVolume).
+    Detach,
+    /// Already attached (or already detached: our finalizer is gone); nothing to do.
+    UpToDate,
+}
+
+/// Decides a VolumeAttachment sync. `forced` is the reconciler's one-shot request to redo the
+/// operation although the status already says it is done (the backend disagreed).
+pub(crate) fn va_action(
+    va: &VolumeAttachment,
+    driver: &str,
+    finalizer: &str,
+    forced: bool,
+) -> VaAction {
+    if va.spec.attacher != driver {
+        return VaAction::NotOurs;
+    }
+    if va.metadata.deletion_timestamp.is_none() {
+        let attached = va.status.as_ref().is_some_and(|s| s.attached);
+        if attached && !forced {
+            VaAction::UpToDate
+        } else {
+            VaAction::Attach
+        }
+    } else if has_finalizer(va.metadata.finalizers.as_deref(), finalizer) || forced {
+        VaAction::Detach
+    } else {
+        VaAction::UpToDate
+    }
+}
+
+/// The trivial handler's whole job (drivers without ControllerPublishVolume): mark our
+/// VolumeAttachments attached, with no finalizer, annotation or CSI call.
+pub(crate) fn trivial_patch(va: &VolumeAttachment, driver: &str) -> Option<Value> {
+    let attached = va.status.as_ref().is_some_and(|s| s.attached);
+    (va.spec.attacher == driver && !attached).then(patch::trivially_attached)
+}
+
+/// The patch that releases a deleted PersistentVolume, or `None` while it is not being
+/// deleted, does not carry our finalizer, or any VolumeAttachment (of any driver) still names
+/// it.
+pub(crate) fn pv_release<'a>(
+    pv: &PersistentVolume,
+    finalizer: &str,
+    mut attachments: impl Iterator<Item = &'a VolumeAttachment>,
+) -> Option<Value> {
+    pv.metadata.deletion_timestamp.as_ref()?;
+    let name = pv.metadata.name.as_deref()?;
+    if attachments.any(|va| va.spec.source.persistent_volume_name.as_deref() == Some(name)) {
+        return None;
+    }
+    patch::pv_remove_finalizer(pv, finalizer)
+}
+
+fn has_finalizer(finalizers: Option<&[String]>, finalizer: &str) -> bool {
+    finalizers
+        .unwrap_or_default()
+        .iter()
+        .any(|f| f == finalizer)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::storage::v1::{
+        VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    const F: &str = "external-attacher/d";
+
+    fn va(attacher: &str, attached: bool, deleting: bool, finalizer: bool) -> VolumeAttachment {
+        VolumeAttachment {
+            metadata: ObjectMeta {
+                deletion_timestamp: deleting.then_some(Time(Timestamp::UNIX_EPOCH)),
+                finalizers: finalizer.then(|| vec![F.to_owned()]),
+                ..Default::default()
+            },
+            spec: VolumeAttachmentSpec {
+                attacher: attacher.into(),
+                node_name: "n".into(),
+                source: VolumeAttachmentSource {
+                    persistent_volume_name: Some("pv1".into()),
+                    inline_volume_spec: None,
+                },
+            },
+            status: Some(VolumeAttachmentStatus {
+                attached,
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn va_actions_follow_external_attacher() {
+        use VaAction::{Attach, Detach, NotOurs, UpToDate};
+        // (name, attacher, attached, deleting, finalizer, forced, want)
+        let cases = [
+            ("other driver", "other", false, false, false, false, NotOurs),
+            ("new", "d", false, false, false, false, Attach),
+            ("attached", "d", true, false, true, false, UpToDate),
+            ("attached, forced", "d", true, false, true, true, Attach),
+            ("deleted", "d", true, true, true, false, Detach),
+            (
+                "deleted, finalizer gone",
+                "d",
+                false,
+                true,
+                false,
+                false,
+                UpToDate,
+            ),
+            (
+                "deleted, finalizer gone, forced",
+                "d",
+                false,
+                true,
+                false,
+                true,
+                Detach,
+            ),
+        ];
+        for (name, attacher, attached, deleting, finalizer, forced, want) in cases {
+            let va = va(attacher, attached, deleting, finalizer);
+            assert_eq!(va_action(&va, "d", F, forced), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn trivial_handler_marks_only_our_unattached_attachments() {
+        assert!(trivial_patch(&va("d", false, false, false), "d").is_some());
+        assert!(trivial_patch(&va("d", true, false, false), "d").is_none());
+        assert!(trivial_patch(&va("other", false, false, false), "d").is_none());
+    }
+
+    #[test]
+    fn a_pv_is_released_only_when_deleted_and_unused() {
+        let pv = |deleting: bool| PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some("pv1".into()),
+                deletion_timestamp: deleting.then_some(Time(Timestamp::UNIX_EPOCH)),
+                finalizers: Some(vec![F.to_owned()]),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut elsewhere = va("other", true, false, false);
+        elsewhere.spec.source.persistent_volume_name = Some("pv2".into());
+        let using = va("other", true, false, false);
+        assert!(pv_release(&pv(true), F, [&elsewhere].into_iter()).is_some());
+        assert!(
+            pv_release(&pv(true), F, [&elsewhere, &using].into_iter()).is_none(),
+            "any driver's VA holds it"
+        );
+        assert!(pv_release(&pv(false), F, std::iter::empty()).is_none());
+        assert!(pv_release(&pv(true), "external-attacher/other", std::iter::empty()).is_none());
+    }
+}
