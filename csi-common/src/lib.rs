@@ -20,6 +20,7 @@ pub mod flags;
 pub mod h2_authority;
 pub mod http;
 pub mod identity;
+pub mod informer;
 pub mod kube_client;
 pub mod leader;
 pub mod logging;

@@ -1,0 +1,296 @@
+//! Shared informers: a kube-runtime watcher feeding a reflector [`Store`], with client-go's
+//! event-handler view of the changes, so a controller can filter on old and new object and
+//! never misses a deletion.
+//!
+//! kube-runtime's `reflect` keeps the cache but tells a handler only the new object, and after a
+//! re-list (watch expired, 410 Gone) objects deleted meanwhile simply vanish from the store. A
+//! client-go informer instead calls `UpdateFunc(old, new)` and, on a re-list, `DeleteFunc` for
+//! every object that is gone (`DeletedFinalStateUnknown`). The sidecars rely on both: the
+//! attacher ignores updates that only touch its own error fields, and queues a
+//! PersistentVolume when a VolumeAttachment is deleted. [`informer`] gives the same:
+//! [`Change::Applied`] carries the cached object from before the event (equal
+//! resourceVersions on a re-list are client-go's resync), and [`Change::Deleted`] is reported
+//! for watch deletions and for objects a re-list no longer contains.
+//!
+//! Every object is trimmed before it is cached (`managedFields` is often half of an object and
+//! no sidecar reads it; see [`trim_managed_fields`]).
+//!
+//! ```no_run
+//! use csi_common::informer::{Change, informer, trim_managed_fields};
+//! use k8s_openapi::api::storage::v1::VolumeAttachment;
+//!
+//! # async fn run(client: kube::Client) {
+//! let (store, task) = informer(
+//!     kube::Api::<VolumeAttachment>::all(client),
+//!     |va: &mut VolumeAttachment| trim_managed_fields(&mut va.metadata),
+//!     |change: Change<'_, VolumeAttachment>| match change {
+//!         Change::Applied { old, new } => { /* filter old vs new, enqueue */ }
+//!         Change::Deleted(va) => { /* enqueue what depended on it */ }
+//!     },
+//! );
+//! tokio::spawn(task);
+//! store.wait_until_ready().await.unwrap();
+//! # }
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::kube_client::{error_text, status_text};
+
+/// A future that keeps one cache filled; it runs until dropped or aborted.
+pub type InformerTask = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// One change of a cached object, as a client-go event handler sees it.
+#[derive(Debug)]
+pub enum Change<'a, K> {
+    /// Added (`old` is `None`) or updated. After a re-list every object is reported again with
+    /// `old` set; an unchanged resourceVersion then means nothing changed (a resync).
+    Applied {
+        /// The cached object before this event.
+        old: Option<Arc<K>>,
+        /// The object now in the cache.
+        new: &'a K,
+    },
+    /// Deleted: a watch DELETE, or gone from the list after a re-list (its last known state).
+    Deleted(&'a K),
+}
+
+/// Starts caching the objects of `api`: returns the store to read and the task that fills it.
+/// `trim` shrinks each object before it is cached; `on_change` runs after the cache has the
+/// change, on the informer's task (keep it short: enqueue, do not call out).
+pub fn informer<K, F>(api: Api<K>, trim: fn(&mut K), on_change: F) -> (Store<K>, InformerTask)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    F: FnMut(Change<'_, K>) + Send + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let kind = K::kind(&()).into_owned();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(trim);
+    let mut cache = Cache::new(reader.clone(), writer, on_change);
+    let task = async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => cache.apply(&event),
+                Err(err) => {
+                    tracing::warn!(
+                        kind,
+                        error = watch_error_text(&err),
+                        "watch failed, retrying"
+                    );
+                }
+            }
+        }
+    };
+    (reader, Box::pin(task))
+}
+
+/// The store writer plus what client-go's `Replace` needs to report a re-list.
+struct Cache<K: Resource<DynamicType = ()> + Clone + 'static, F> {
+    store: Store<K>,
+    writer: reflector::store::Writer<K>,
+    /// Keys seen since the current re-list began.
+    listed: HashSet<ObjectRef<K>>,
+    on_change: F,
+}
+
+impl<K, F> Cache<K, F>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+    F: FnMut(Change<'_, K>),
+{
+    fn new(store: Store<K>, writer: reflector::store::Writer<K>, on_change: F) -> Self {
+        Self {
+            store,
+            writer,
+            listed: HashSet::new(),
+            on_change,
+        }
+    }
+
+    fn apply(&mut self, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(new) => {
+                let old = self.store.get(&ObjectRef::from_obj(new));
+                self.writer.apply_watcher_event(event);
+                (self.on_change)(Change::Applied { old, new });
+            }
+            watcher::Event::Delete(gone) => {
+                self.writer.apply_watcher_event(event);
+                (self.on_change)(Change::Deleted(gone));
+            }
+            watcher::Event::Init => {
+                self.listed.clear();
+                self.writer.apply_watcher_event(event);
+            }
+            watcher::Event::InitApply(new) => {
+                self.listed.insert(ObjectRef::from_obj(new));
+                self.writer.apply_watcher_event(event);
+            }
+            watcher::Event::InitDone => {
+                let mut before: HashMap<ObjectRef<K>, Arc<K>> = self
+                    .store
+                    .state()
+                    .into_iter()
+                    .map(|o| (ObjectRef::from_obj(o.as_ref()), o))
+                    .collect();
+                self.writer.apply_watcher_event(event);
+                // Reported only now, when the store holds the whole new list, so a handler that
+                // reads the store sees a consistent state.
+                for new in self.store.state() {
+                    let old = before.remove(&ObjectRef::from_obj(new.as_ref()));
+                    (self.on_change)(Change::Applied { old, new: &new });
+                }
+                for gone in before.into_values() {
+                    (self.on_change)(Change::Deleted(&gone));
+                }
+                self.listed.clear();
+            }
+        }
+    }
+}
+
+/// Drops `managedFields`, which no sidecar reads.
+pub fn trim_managed_fields(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+}
+
+/// A watch failure in client-go's words ("failed to list: …", "failed to watch: …").
+fn watch_error_text(err: &watcher::Error) -> String {
+    match err {
+        watcher::Error::InitialListFailed(e) => format!("failed to list: {}", error_text(e)),
+        watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
+            format!("failed to watch: {}", error_text(e))
+        }
+        watcher::Error::WatchError(status) => format!("failed to watch: {}", status_text(status)),
+        watcher::Error::NoResourceVersion => err.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    fn object(name: &str, rv: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// What a handler saw: ("applied", name, old rv, new rv) or ("deleted", name, rv).
+    fn replay(events: Vec<watcher::Event<ConfigMap>>) -> (Vec<String>, Vec<String>) {
+        let (store, writer) = reflector::store();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let mut cache = Cache::new(store.clone(), writer, |change: Change<'_, ConfigMap>| {
+            let line = match change {
+                Change::Applied { old, new } => format!(
+                    "applied {} {}->{}",
+                    new.metadata.name.as_deref().unwrap_or_default(),
+                    old.and_then(|o| o.metadata.resource_version.clone())
+                        .unwrap_or_default(),
+                    new.metadata.resource_version.as_deref().unwrap_or_default(),
+                ),
+                Change::Deleted(gone) => format!(
+                    "deleted {} {}",
+                    gone.metadata.name.as_deref().unwrap_or_default(),
+                    gone.metadata
+                        .resource_version
+                        .as_deref()
+                        .unwrap_or_default(),
+                ),
+            };
+            seen.lock().unwrap().push(line);
+        });
+        for event in &events {
+            cache.apply(event);
+        }
+        drop(cache);
+        let mut names: Vec<String> = store
+            .state()
+            .iter()
+            .map(|o| o.metadata.name.clone().unwrap_or_default())
+            .collect();
+        names.sort();
+        let mut seen = seen.into_inner().unwrap();
+        // The order within one re-list follows the store's hash map; compare as sets there.
+        seen.sort();
+        (seen, names)
+    }
+
+    #[test]
+    fn watch_events_carry_the_old_object() {
+        use watcher::Event::{Apply, Delete, Init, InitDone};
+        let (seen, cached) = replay(vec![
+            Init,
+            InitDone,
+            Apply(object("a", "1")),
+            Apply(object("a", "2")),
+            Delete(object("a", "3")),
+            Apply(object("b", "4")),
+        ]);
+        assert_eq!(
+            seen,
+            [
+                "applied a ->1",
+                "applied a 1->2",
+                "applied b ->4",
+                "deleted a 3"
+            ]
+        );
+        assert_eq!(cached, ["b"]);
+    }
+
+    #[test]
+    fn a_relist_reports_resyncs_updates_and_deletions_like_client_go_replace() {
+        use watcher::Event::{Apply, Init, InitApply, InitDone};
+        let (seen, cached) = replay(vec![
+            Init,
+            InitApply(object("same", "1")),
+            InitApply(object("changed", "2")),
+            InitApply(object("gone", "3")),
+            InitDone,
+            // The watch expired (410); the re-list no longer has "gone" and adds "new".
+            Init,
+            InitApply(object("same", "1")),
+            InitApply(object("changed", "5")),
+            InitApply(object("new", "6")),
+            InitDone,
+            Apply(object("new", "7")),
+        ]);
+        assert_eq!(
+            seen,
+            [
+                "applied changed ->2",
+                "applied changed 2->5",
+                "applied gone ->3",
+                "applied new ->6",
+                "applied new 6->7",
+                "applied same ->1",
+                "applied same 1->1",
+                "deleted gone 3",
+            ]
+        );
+        assert_eq!(cached, ["changed", "new", "same"]);
+    }
+}
