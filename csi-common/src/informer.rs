@@ -199,7 +199,7 @@ mod tests {
     }
 
     /// What a handler saw: ("applied", name, old rv, new rv) or ("deleted", name, rv).
-    fn replay(events: Vec<watcher::Event<ConfigMap>>) -> (Vec<String>, Vec<String>) {
+    fn replay(events: &[watcher::Event<ConfigMap>]) -> (Vec<String>, Vec<String>) {
         let (store, writer) = reflector::store();
         let seen = std::sync::Mutex::new(Vec::new());
         let mut cache = Cache::new(store.clone(), writer, |change: Change<'_, ConfigMap>| {
@@ -222,7 +222,7 @@ mod tests {
             };
             seen.lock().unwrap().push(line);
         });
-        for event in &events {
+        for event in events {
             cache.apply(event);
         }
         drop(cache);
@@ -241,7 +241,7 @@ mod tests {
     #[test]
     fn watch_events_carry_the_old_object() {
         use watcher::Event::{Apply, Delete, Init, InitDone};
-        let (seen, cached) = replay(vec![
+        let (seen, cached) = replay(&[
             Init,
             InitDone,
             Apply(object("a", "1")),
@@ -264,7 +264,7 @@ mod tests {
     #[test]
     fn a_relist_reports_resyncs_updates_and_deletions_like_client_go_replace() {
         use watcher::Event::{Apply, Init, InitApply, InitDone};
-        let (seen, cached) = replay(vec![
+        let (seen, cached) = replay(&[
             Init,
             InitApply(object("same", "1")),
             InitApply(object("changed", "2")),
