@@ -18,7 +18,9 @@
 //!
 //! let source = pv.spec.as_ref().and_then(|s| s.csi.as_ref());
 //! let secrets = match source.and_then(|csi| csi.controller_publish_secret_ref.as_ref()) {
-//!     // "error getting secret s1 in namespace ns1: secrets \"s1\" not found" when it is gone.
+//!     // FetchError: "error getting secret s1 in namespace ns1" (the provisioner's words),
+//!     // with client-go's `secrets "s1" not found` as its source. The attacher words it
+//!     // `failed to load secret "ns1/s1": ...` from the same fields, as external-attacher does.
 //!     Some(reference) => secrets::fetch(&client, &SecretRef::from(reference)).await?,
 //!     None => Default::default(),
 //! };
