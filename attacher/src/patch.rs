@@ -12,19 +12,17 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-use crate::names::NODE_ID_ANNOTATION;
-
 fn finalizers(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &[String] {
     meta.finalizers.as_deref().unwrap_or_default()
 }
 
-/// Adds the finalizer and the node-ID annotation to a VolumeAttachment, or `None` when both
-/// are already there. One patch, so the attacher never holds a finalizer without knowing the
-/// node to detach from.
+/// Adds the finalizer and the annotations an attach records (node ID, volume handle, publish
+/// Secret) to a VolumeAttachment, or `None` when all are already there. One patch, so the
+/// attacher never holds a finalizer without knowing how to detach.
 pub(crate) fn va_attach_metadata(
     va: &VolumeAttachment,
     finalizer: &str,
-    node_id: &str,
+    annotations: &[(&str, &str)],
 ) -> Option<Value> {
     let mut metadata = serde_json::Map::new();
     let current = finalizers(&va.metadata);
@@ -33,14 +31,18 @@ pub(crate) fn va_attach_metadata(
         list.push(finalizer.to_owned());
         metadata.insert("finalizers".into(), json!(list));
     }
-    let annotated = va
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(NODE_ID_ANNOTATION))
-        .is_some_and(|id| id == node_id);
-    if !annotated {
-        metadata.insert("annotations".into(), json!({ NODE_ID_ANNOTATION: node_id }));
+    let existing = va.metadata.annotations.as_ref();
+    let missing: serde_json::Map<String, Value> = annotations
+        .iter()
+        .filter(|(key, value)| {
+            existing
+                .and_then(|a| a.get(*key))
+                .is_none_or(|v| v != value)
+        })
+        .map(|(key, value)| ((*key).to_owned(), json!(value)))
+        .collect();
+    if !missing.is_empty() {
+        metadata.insert("annotations".into(), Value::Object(missing));
     }
     (!metadata.is_empty()).then(|| json!({ "metadata": metadata }))
 }
@@ -152,6 +154,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::names::NODE_ID_ANNOTATION;
 
     const F: &str = "external-attacher/d";
 
@@ -204,8 +207,21 @@ mod tests {
             ("all there", va(&[F], Some("n1")), None),
         ];
         for (name, va, want) in cases {
-            assert_eq!(va_attach_metadata(&va, F, "n1"), want, "{name}");
+            assert_eq!(
+                va_attach_metadata(&va, F, &[(NODE_ID_ANNOTATION, "n1")]),
+                want,
+                "{name}"
+            );
         }
+        assert_eq!(
+            va_attach_metadata(
+                &va(&[F], Some("n1")),
+                F,
+                &[(NODE_ID_ANNOTATION, "n1"), ("h", "vol-1")]
+            ),
+            Some(json!({"metadata": {"annotations": {"h": "vol-1"}}})),
+            "only the missing annotation"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use csi_common::capabilities::ControllerCapabilities;
 use csi_common::volume_capability::{self, AccessType};
 use proto::csi::v1::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 
-use crate::source::Volume;
+use crate::source::{DetachTarget, Volume};
 
 /// What the driver and the flags decide about every publish request.
 #[derive(Debug, Clone, Default)]
@@ -67,12 +67,12 @@ pub(crate) fn publish(
 
 /// The unpublish request.
 pub(crate) fn unpublish(
-    volume: &Volume<'_>,
+    target: &DetachTarget,
     node_id: &str,
     secrets: HashMap<String, String>,
 ) -> ControllerUnpublishVolumeRequest {
     ControllerUnpublishVolumeRequest {
-        volume_id: volume.csi.volume_handle.clone(),
+        volume_id: target.volume_id.clone(),
         node_id: node_id.to_owned(),
         secrets,
     }
@@ -218,7 +218,6 @@ mod tests {
                 ..Default::default()
             };
             let volume = Volume {
-                pv_name: Some("pv"),
                 spec: &spec,
                 csi: &csi,
             };
@@ -264,7 +263,6 @@ mod tests {
         };
         let csi = CSIPersistentVolumeSource::default();
         let volume = Volume {
-            pv_name: None,
             spec: &spec,
             csi: &csi,
         };

@@ -6,16 +6,17 @@
 //! In-tree volumes (CSI migration) are refused with an error that says so: translating them
 //! needs csi-translation-lib's per-plugin rules, which this attacher does not have yet.
 
+use csi_common::secrets::SecretRef;
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
 };
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
+use crate::names::{NODE_ID_ANNOTATION, PUBLISH_SECRET_ANNOTATION, VOLUME_HANDLE_ANNOTATION};
+
 /// The volume a VolumeAttachment points at.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Volume<'a> {
-    /// The PersistentVolume's name, when the source is one (it gets the attacher's finalizer).
-    pub(crate) pv_name: Option<&'a str>,
     /// Volume mode, access modes and mount options.
     pub(crate) spec: &'a PersistentVolumeSpec,
     /// Handle, attributes, read-only flag, fsType and the publish secret.
@@ -55,6 +56,70 @@ pub(crate) enum SourceError {
     InTree(String),
 }
 
+/// What ControllerUnpublishVolume needs besides the node ID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DetachTarget {
+    /// The volume handle.
+    pub(crate) volume_id: String,
+    /// The publish Secret, if the volume has one.
+    pub(crate) secret: Option<SecretRef>,
+}
+
+/// The volume to detach: from the PersistentVolume or inline spec like upstream, and, when the
+/// PersistentVolume is gone, from the annotations the attach wrote (not upstream, issue #235).
+pub(crate) fn detach_target(
+    va: &VolumeAttachment,
+    pv: Option<&PersistentVolume>,
+) -> Result<DetachTarget, SourceError> {
+    match resolve(va, pv, Purpose::Detach) {
+        Ok(volume) => Ok(DetachTarget {
+            volume_id: volume.csi.volume_handle.clone(),
+            secret: volume
+                .csi
+                .controller_publish_secret_ref
+                .as_ref()
+                .map(SecretRef::from),
+        }),
+        Err(SourceError::PvNotFound(name)) => {
+            let annotations = va.metadata.annotations.as_ref();
+            let annotation = |key| annotations.and_then(|a| a.get(key));
+            let volume_id = annotation(VOLUME_HANDLE_ANNOTATION)
+                .ok_or(SourceError::PvNotFound(name))?
+                .clone();
+            let secret = annotation(PUBLISH_SECRET_ANNOTATION).and_then(|text| {
+                let (namespace, name) = text.split_once('/')?;
+                Some(SecretRef {
+                    name: name.to_owned(),
+                    namespace: namespace.to_owned(),
+                })
+            });
+            Ok(DetachTarget { volume_id, secret })
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// The annotations an attach of `volume` records on the VolumeAttachment.
+pub(crate) fn attach_annotations<'a>(
+    volume: &Volume<'a>,
+    node_id: &'a str,
+    secret: Option<&'a str>,
+) -> Vec<(&'static str, &'a str)> {
+    let mut annotations = vec![
+        (NODE_ID_ANNOTATION, node_id),
+        (VOLUME_HANDLE_ANNOTATION, volume.csi.volume_handle.as_str()),
+    ];
+    if let Some(secret) = secret {
+        annotations.push((PUBLISH_SECRET_ANNOTATION, secret));
+    }
+    annotations
+}
+
+/// `<namespace>/<name>` of the publish Secret, as [`PUBLISH_SECRET_ANNOTATION`] holds it.
+pub(crate) fn secret_text(secret: &SecretRef) -> String {
+    format!("{}/{}", secret.namespace, secret.name)
+}
+
 /// The name of the VolumeAttachment's PersistentVolume, if the source is one. The executor
 /// looks it up and passes it to [`resolve`].
 pub(crate) fn pv_name(va: &VolumeAttachment) -> Option<&str> {
@@ -77,11 +142,7 @@ pub(crate) fn resolve<'a>(
         (None, None) => Err(SourceError::Neither),
         (None, Some(inline)) => {
             let csi = inline.csi.as_ref().ok_or(SourceError::InlineWithoutCsi)?;
-            Ok(Volume {
-                pv_name: None,
-                spec: inline,
-                csi,
-            })
+            Ok(Volume { spec: inline, csi })
         }
         (Some(name), None) => {
             let pv = pv.ok_or_else(|| SourceError::PvNotFound(name.to_owned()))?;
@@ -96,11 +157,7 @@ pub(crate) fn resolve<'a>(
                 .csi
                 .as_ref()
                 .ok_or_else(|| SourceError::InTree(name.to_owned()))?;
-            Ok(Volume {
-                pv_name: Some(name),
-                spec,
-                csi,
-            })
+            Ok(Volume { spec, csi })
         }
     }
 }
@@ -155,7 +212,7 @@ mod tests {
         }
     }
 
-    type Want = Result<(Option<&'static str>, &'static str), SourceError>;
+    type Want = Result<&'static str, SourceError>;
 
     #[test]
     fn sources_resolve_like_external_attacher() {
@@ -182,7 +239,7 @@ mod tests {
                 va(Some("pv1"), None),
                 Some(&live),
                 Purpose::Attach,
-                Ok((Some("pv1"), "h1")),
+                Ok("h1"),
             ),
             (
                 "PV being deleted, attach",
@@ -196,7 +253,7 @@ mod tests {
                 va(Some("pv1"), None),
                 Some(&deleting),
                 Purpose::Detach,
-                Ok((Some("pv1"), "h1")),
+                Ok("h1"),
             ),
             (
                 "PV missing",
@@ -217,7 +274,7 @@ mod tests {
                 inline_csi,
                 None,
                 Purpose::Attach,
-                Ok((None, "inline")),
+                Ok("inline"),
             ),
             (
                 "inline without CSI",
@@ -242,9 +299,46 @@ mod tests {
             ),
         ];
         for (name, va, pv, purpose, want) in cases {
-            let got = resolve(&va, pv, purpose).map(|v| (v.pv_name, v.csi.volume_handle.as_str()));
+            let got = resolve(&va, pv, purpose).map(|v| v.csi.volume_handle.as_str());
             assert_eq!(got, want, "{name}");
         }
+    }
+
+    #[test]
+    fn detach_survives_a_force_deleted_pv_through_the_annotations() {
+        use std::collections::BTreeMap;
+        let mut annotated = va(Some("pv1"), None);
+        annotated.metadata.annotations = Some(BTreeMap::from([
+            (VOLUME_HANDLE_ANNOTATION.to_owned(), "h1".to_owned()),
+            (PUBLISH_SECRET_ANNOTATION.to_owned(), "ns/s".to_owned()),
+        ]));
+        let mut with_secret = csi_spec("h1");
+        if let Some(csi) = with_secret.csi.as_mut() {
+            csi.controller_publish_secret_ref = Some(k8s_openapi::api::core::v1::SecretReference {
+                name: Some("s".into()),
+                namespace: Some("ns".into()),
+            });
+        }
+        let secret = Some(SecretRef {
+            name: "s".into(),
+            namespace: "ns".into(),
+        });
+        let live = pv("pv1", with_secret, false);
+        let want = Ok(DetachTarget {
+            volume_id: "h1".into(),
+            secret,
+        });
+        assert_eq!(
+            detach_target(&va(Some("pv1"), None), Some(&live)),
+            want,
+            "from the PV"
+        );
+        assert_eq!(detach_target(&annotated, None), want, "PV gone");
+        assert_eq!(
+            detach_target(&va(Some("pv1"), None), None),
+            Err(SourceError::PvNotFound("pv1".into())),
+            "PV gone, attached by an attacher that wrote no annotations"
+        );
     }
 
     #[test]
