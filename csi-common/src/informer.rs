@@ -239,6 +239,35 @@ mod tests {
     }
 
     #[test]
+    fn watch_errors_carry_the_api_message_without_a_debug_dump() {
+        let gone = || {
+            Box::new(kube::core::Status {
+                code: 410,
+                message: "too old resource version: 1 (336)".into(),
+                reason: "Expired".into(),
+                ..kube::core::Status::default()
+            })
+        };
+        let cases = [
+            (
+                watcher::Error::InitialListFailed(kube::Error::Api(gone())),
+                "failed to list: too old resource version: 1 (336)",
+            ),
+            (
+                watcher::Error::WatchFailed(kube::Error::Api(gone())),
+                "failed to watch: too old resource version: 1 (336)",
+            ),
+            (
+                watcher::Error::WatchError(gone()),
+                "failed to watch: too old resource version: 1 (336)",
+            ),
+        ];
+        for (err, want) in cases {
+            assert_eq!(watch_error_text(&err), want);
+        }
+    }
+
+    #[test]
     fn watch_events_carry_the_old_object() {
         use watcher::Event::{Apply, Delete, Init, InitDone};
         let (seen, cached) = replay(&[

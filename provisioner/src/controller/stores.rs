@@ -9,23 +9,20 @@
 //! VolumeAttachment (only its existence matters, spec §2.5).
 
 use std::fmt::Debug;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::StreamExt;
+use csi_common::informer::{Change, informer, trim_managed_fields as trim_meta};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client};
 
 use super::ClaimKey;
 
 /// A future that keeps one cache filled; it runs until aborted.
-pub(crate) type InformerTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(crate) use csi_common::informer::InformerTask;
 
 /// Read access to every cache.
 #[derive(Clone)]
@@ -176,24 +173,18 @@ pub(crate) fn start<H: Handlers>(
 
     let (claims, task) = informer(Api::all(client.clone()), trim_claim, {
         let handlers = Arc::clone(handlers);
-        move |event: &watcher::Event<PersistentVolumeClaim>| match event {
-            watcher::Event::Apply(claim) | watcher::Event::InitApply(claim) => {
-                handlers.claim_applied(claim);
-            }
-            watcher::Event::Delete(claim) => handlers.claim_deleted(claim),
-            watcher::Event::Init | watcher::Event::InitDone => {}
+        move |change: Change<'_, PersistentVolumeClaim>| match change {
+            Change::Applied { new, .. } => handlers.claim_applied(new),
+            Change::Deleted(claim) => handlers.claim_deleted(claim),
         }
     });
     tasks.push(task);
 
     let (volumes, task) = informer(Api::all(client.clone()), trim_volume, {
         let handlers = Arc::clone(handlers);
-        move |event: &watcher::Event<PersistentVolume>| match event {
-            watcher::Event::Apply(pv) | watcher::Event::InitApply(pv) => {
-                handlers.volume_applied(pv);
-            }
-            watcher::Event::Delete(pv) => handlers.volume_deleted(pv),
-            watcher::Event::Init | watcher::Event::InitDone => {}
+        move |change: Change<'_, PersistentVolume>| match change {
+            Change::Applied { new, .. } => handlers.volume_applied(new),
+            Change::Deleted(pv) => handlers.volume_deleted(pv),
         }
     });
     tasks.push(task);
@@ -201,7 +192,7 @@ pub(crate) fn start<H: Handlers>(
     let (classes, task) = informer(
         Api::all(client.clone()),
         trim_class,
-        |_: &watcher::Event<StorageClass>| {},
+        |_: Change<'_, StorageClass>| {},
     );
     tasks.push(task);
 
@@ -215,13 +206,13 @@ pub(crate) fn start<H: Handlers>(
         };
         let (nodes, task) = informer(Api::all(client.clone()), trim_node, {
             let bump = bump.clone();
-            move |_: &watcher::Event<Node>| bump()
+            move |_: Change<'_, Node>| bump()
         });
         tasks.push(task);
         let (csinodes, task) = informer(
             Api::all(client.clone()),
             trim_csinode,
-            move |_: &watcher::Event<CSINode>| bump(),
+            move |_: Change<'_, CSINode>| bump(),
         );
         tasks.push(task);
         TopologyStores {
@@ -235,8 +226,8 @@ pub(crate) fn start<H: Handlers>(
     let attachments = wanted.attachments.then(|| {
         let (attachments, task) = informer(Api::all(client.clone()), trim_attachment, {
             let handlers = Arc::clone(handlers);
-            move |event: &watcher::Event<VolumeAttachment>| {
-                if let watcher::Event::Delete(va) = event {
+            move |change: Change<'_, VolumeAttachment>| {
+                if let Change::Deleted(va) = change {
                     handlers.attachment_deleted(va);
                 }
             }
@@ -272,53 +263,6 @@ impl Stores {
             let _ = attachments.wait_until_ready().await;
         }
     }
-}
-
-/// One reflector: list+watch with kube's default backoff, objects trimmed before caching,
-/// every event shown to `on_event` after the store has it.
-fn informer<K, F>(api: Api<K>, trim: fn(&mut K), mut on_event: F) -> (Store<K>, InformerTask)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    F: FnMut(&watcher::Event<K>) + Send + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let kind = K::kind(&()).into_owned();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(trim)
-        .reflect(writer);
-    let task = async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(event) => on_event(&event),
-                Err(err) => tracing::warn!(
-                    kind,
-                    error = watch_error_text(&err),
-                    "watch failed, retrying"
-                ),
-            }
-        }
-    };
-    (reader, Box::pin(task))
-}
-
-/// A watcher error with the API error in client-go's words (kube-runtime's own text embeds
-/// kube's `Debug` dump of the Status).
-fn watch_error_text(err: &watcher::Error) -> String {
-    use csi_common::kube_client::{error_text, status_text};
-    match err {
-        watcher::Error::InitialListFailed(e) => format!("failed to list: {}", error_text(e)),
-        watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
-            format!("failed to watch: {}", error_text(e))
-        }
-        watcher::Error::WatchError(status) => format!("failed to watch: {}", status_text(status)),
-        watcher::Error::NoResourceVersion => err.to_string(),
-    }
-}
-
-fn trim_meta(meta: &mut ObjectMeta) {
-    meta.managed_fields = None;
 }
 
 fn trim_claim(claim: &mut PersistentVolumeClaim) {
@@ -363,35 +307,6 @@ mod tests {
     use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
     use std::collections::BTreeMap;
-
-    #[test]
-    fn watch_errors_carry_the_api_message_without_a_debug_dump() {
-        let gone = || {
-            Box::new(kube::core::Status {
-                code: 410,
-                message: "too old resource version: 1 (336)".into(),
-                reason: "Expired".into(),
-                ..kube::core::Status::default()
-            })
-        };
-        let cases = [
-            (
-                watcher::Error::InitialListFailed(kube::Error::Api(gone())),
-                "failed to list: too old resource version: 1 (336)",
-            ),
-            (
-                watcher::Error::WatchFailed(kube::Error::Api(gone())),
-                "failed to watch: too old resource version: 1 (336)",
-            ),
-            (
-                watcher::Error::WatchError(gone()),
-                "failed to watch: too old resource version: 1 (336)",
-            ),
-        ];
-        for (err, want) in cases {
-            assert_eq!(watch_error_text(&err), want);
-        }
-    }
 
     #[test]
     fn nodes_are_cached_with_labels_only() {
