@@ -14,9 +14,9 @@ use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
-use testbed::apiserver::ApiServer;
-use testbed::kcm::attach_detach;
-use testbed::mock_csi::{DEFAULT_NODE_ID, MockDriver, MockDriverConfig, MockVolume};
+use testbed_cluster::apiserver::ApiServer;
+use testbed_cluster::kcm::attach_detach;
+use testbed_mock_csi::{DEFAULT_NODE_ID, MockDriver, MockDriverConfig, MockVolume};
 
 const BIN: &str = env!("CARGO_BIN_EXE_csi-attacher");
 const DRIVER: &str = "hostpath.csi.k8s.io";
