@@ -45,6 +45,15 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// The start-up or run-loop error, if that is what ended the run (for the termination
+    /// message of a lost driver connection).
+    pub fn sidecar(&self) -> Option<&sidecar::Error> {
+        match self {
+            Self::Sidecar(err) => Some(err),
+            _ => None,
+        }
+    }
+
     /// Upstream's exit code: csi-attacher exits 1 on every fatal error (klog.Fatal's 255 is
     /// csi-provisioner's).
     pub fn exit_code(&self) -> u8 {

@@ -3,50 +3,26 @@
 
 use std::process::ExitCode;
 
-use attacher::args::{Args, Config};
+use attacher::args::{Args, Config, ConfigError};
 use attacher::{Environment, RunError};
-use csi_common::sidecar::TERMINATION_LOG;
+use csi_common::sidecar::Prepared;
 
 fn main() -> ExitCode {
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let args: Args = match csi_common::flags::parse(argv.iter().cloned()) {
-        Ok(args) => args,
-        // Usage errors exit 2 and --help exits 0, like Go's flag.ExitOnError.
-        Err(err) => err.exit(),
-    };
-    if args.common.version {
-        let argv0 = argv.first().map_or_else(
-            || "csi-attacher".into(),
-            |a| a.to_string_lossy().into_owned(),
-        );
-        #[allow(
-            clippy::print_stdout,
-            reason = "--version prints to stdout like upstream"
-        )]
-        {
-            println!("{argv0} {}", csi_common::version::version());
-        }
-        return ExitCode::SUCCESS;
-    }
-    let _logging = match csi_common::logging::init(&args.common.logging) {
-        Ok(guard) => guard,
-        Err(err) => {
-            eprintln!("{}", csi_common::logging::error_chain(&err));
-            return ExitCode::from(1);
-        }
-    };
-    let automaxprocs = args.common.logging.automaxprocs;
-    let config = match Config::try_from(args) {
-        Ok(config) => config,
-        Err(err) => {
-            tracing::error!("{err}");
-            return ExitCode::from(err.exit_code());
-        }
-    };
-    tracing::info!(
-        version = csi_common::version::version(),
-        "csi-attacher starting"
+    let prepared = csi_common::sidecar::prepare(
+        "csi-attacher",
+        &std::env::args_os().collect::<Vec<_>>(),
+        |args: &Args| &args.common,
+        Config::try_from,
+        ConfigError::exit_code,
     );
+    let Prepared {
+        config,
+        logging: _logging,
+        automaxprocs,
+    } = match prepared {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
+    };
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
@@ -60,40 +36,17 @@ fn main() -> ExitCode {
         &var,
         &|path| std::fs::read_to_string(path).ok(),
     );
-    let runtime = match csi_common::runtime::build(automaxprocs) {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot start the async runtime");
-            return ExitCode::from(1);
-        }
-    };
-    runtime.block_on(async {
-        let signals = match csi_common::shutdown::signals() {
-            Ok(signals) => signals,
-            Err(err) => {
-                tracing::error!(error = %err, "cannot install signal handlers");
-                return ExitCode::from(1);
-            }
-        };
-        let shutdown = async move {
-            let signal = signals.await;
-            tracing::info!(%signal, "shutting down");
-        };
-        match attacher::run(config, environment, shutdown).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                tracing::error!(
-                    error = csi_common::logging::error_chain(&err),
-                    "csi-attacher failed"
-                );
-                if let RunError::Sidecar(err) = &err
-                    && let Some(message) = err.termination_message()
-                {
-                    // Best effort, as upstream: the file only exists inside a container.
-                    let _ = std::fs::write(TERMINATION_LOG, message);
-                }
-                ExitCode::from(err.exit_code())
-            }
-        }
-    })
+    csi_common::runtime::block_on_until_signal(
+        automaxprocs,
+        "shutting down",
+        |shutdown| async move {
+            let result = attacher::run(config, environment, shutdown).await;
+            csi_common::sidecar::finish(
+                "csi-attacher",
+                result,
+                RunError::sidecar,
+                RunError::exit_code,
+            )
+        },
+    )
 }

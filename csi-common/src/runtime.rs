@@ -183,6 +183,56 @@ pub fn build(automaxprocs: bool) -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// The end of every sidecar's `main`: builds the runtime ([`build`]), installs the
+/// SIGTERM/SIGINT handlers ([`crate::shutdown::signals`]) and runs `main` with a future that
+/// resolves at the first signal (logged with `stopping`). Returns what `main` returns, or 1 when
+/// the runtime or the handlers cannot be set up (upstream: a fatal start-up error). Tasks still
+/// running when `main` returns are not waited for: the process is about to exit.
+///
+/// ```no_run
+/// use std::process::ExitCode;
+///
+/// fn main() -> ExitCode {
+///     csi_common::runtime::block_on_until_signal(false, "shutting down", |shutdown| async move {
+///         shutdown.await; // a sidecar's run(config, shutdown) goes here
+///         ExitCode::SUCCESS
+///     })
+/// }
+/// ```
+pub fn block_on_until_signal<F, Fut>(
+    automaxprocs: bool,
+    stopping: &'static str,
+    main: F,
+) -> std::process::ExitCode
+where
+    F: FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> Fut,
+    Fut: std::future::Future<Output = std::process::ExitCode>,
+{
+    let runtime = match build(automaxprocs) {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot start the async runtime");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(async {
+        let signals = match crate::shutdown::signals() {
+            Ok(signals) => signals,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot install signal handlers");
+                return std::process::ExitCode::from(1);
+            }
+        };
+        main(Box::pin(async move {
+            let signal = signals.await;
+            tracing::info!(%signal, "{stopping}");
+        }))
+        .await
+    });
+    runtime.shutdown_background();
+    code
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,35 +31,20 @@ fn main() -> ExitCode {
         "livenessprobe starting"
     );
 
-    let runtime = csi_common::runtime::build(automaxprocs);
-    let runtime = match runtime {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot start the async runtime");
-            return ExitCode::from(1);
-        }
-    };
-    runtime.block_on(async {
-        let shutdown = match csi_common::shutdown::signals() {
-            Ok(signals) => signals,
-            Err(err) => {
-                tracing::error!(error = %err, "cannot install signal handlers");
-                return ExitCode::from(1);
+    csi_common::runtime::block_on_until_signal(
+        automaxprocs,
+        "shutting down",
+        |shutdown| async move {
+            match livenessprobe::run(config, shutdown).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    tracing::error!(
+                        error = csi_common::logging::error_chain(&err),
+                        "livenessprobe failed"
+                    );
+                    ExitCode::from(1)
+                }
             }
-        };
-        let shutdown = async move {
-            let signal = shutdown.await;
-            tracing::info!(%signal, "shutting down");
-        };
-        match livenessprobe::run(config, shutdown).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                tracing::error!(
-                    error = csi_common::logging::error_chain(&err),
-                    "livenessprobe failed"
-                );
-                ExitCode::from(1)
-            }
-        }
-    })
+        },
+    )
 }

@@ -60,6 +60,15 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// The start-up or run-loop error, if that is what ended the run (for the termination
+    /// message of a lost driver connection).
+    pub fn sidecar(&self) -> Option<&sidecar::Error> {
+        match self {
+            Self::Sidecar(err) => Some(err),
+            _ => None,
+        }
+    }
+
     /// Upstream's exit code for this failure (spec §8): 255 for klog.Fatal cases, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {

@@ -4,50 +4,26 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use csi_common::sidecar::TERMINATION_LOG;
-use provisioner::args::{Args, Config};
+use csi_common::sidecar::Prepared;
+use provisioner::args::{Args, Config, ConfigError};
 use provisioner::{Environment, RunError};
 
 fn main() -> ExitCode {
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let args: Args = match csi_common::flags::parse(argv.iter().cloned()) {
-        Ok(args) => args,
-        // Usage errors exit 2 and --help exits 0, like pflag's ExitOnError.
-        Err(err) => err.exit(),
-    };
-    if args.common.version {
-        let argv0 = argv.first().map_or_else(
-            || "csi-provisioner".into(),
-            |a| a.to_string_lossy().into_owned(),
-        );
-        #[allow(
-            clippy::print_stdout,
-            reason = "--version prints to stdout like upstream"
-        )]
-        {
-            println!("{argv0} {}", csi_common::version::version());
-        }
-        return ExitCode::SUCCESS;
-    }
-    let _logging = match csi_common::logging::init(&args.common.logging) {
-        Ok(guard) => guard,
-        Err(err) => {
-            eprintln!("{}", csi_common::logging::error_chain(&err));
-            return ExitCode::from(1);
-        }
-    };
-    let automaxprocs = args.common.logging.automaxprocs;
-    let config = match Config::try_from(args) {
-        Ok(config) => config,
-        Err(err) => {
-            tracing::error!("{err}");
-            return ExitCode::from(err.exit_code());
-        }
-    };
-    tracing::info!(
-        version = csi_common::version::version(),
-        "csi-provisioner starting"
+    let prepared = csi_common::sidecar::prepare(
+        "csi-provisioner",
+        &std::env::args_os().collect::<Vec<_>>(),
+        |args: &Args| &args.common,
+        Config::try_from,
+        ConfigError::exit_code,
     );
+    let Prepared {
+        config,
+        logging: _logging,
+        automaxprocs,
+    } = match prepared {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
+    };
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
@@ -58,42 +34,19 @@ fn main() -> ExitCode {
             .map(|le| le.namespace.as_str()),
     );
 
-    let runtime = match csi_common::runtime::build(automaxprocs) {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot start the async runtime");
-            return ExitCode::from(1);
-        }
-    };
-    runtime.block_on(async {
-        let signals = match csi_common::shutdown::signals() {
-            Ok(signals) => signals,
-            Err(err) => {
-                tracing::error!(error = %err, "cannot install signal handlers");
-                return ExitCode::from(1);
-            }
-        };
-        let shutdown = async move {
-            let signal = signals.await;
-            tracing::info!(%signal, "shutting down");
-        };
-        match provisioner::run(config, environment, shutdown).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                tracing::error!(
-                    error = csi_common::logging::error_chain(&err),
-                    "csi-provisioner failed"
-                );
-                if let RunError::Sidecar(err) = &err
-                    && let Some(message) = err.termination_message()
-                {
-                    // Best effort, as upstream: the file only exists inside a container.
-                    let _ = std::fs::write(TERMINATION_LOG, message);
-                }
-                ExitCode::from(err.exit_code())
-            }
-        }
-    })
+    csi_common::runtime::block_on_until_signal(
+        automaxprocs,
+        "shutting down",
+        |shutdown| async move {
+            let result = provisioner::run(config, environment, shutdown).await;
+            csi_common::sidecar::finish(
+                "csi-provisioner",
+                result,
+                RunError::sidecar,
+                RunError::exit_code,
+            )
+        },
+    )
 }
 
 /// Everything `run` needs from the process environment, read once here (the library never

@@ -55,37 +55,21 @@ fn main() -> ExitCode {
         );
     }
 
-    let runtime = csi_common::runtime::build(automaxprocs);
-    let runtime = match runtime {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot start the async runtime");
-            return ExitCode::from(1);
-        }
-    };
-    let code = runtime.block_on(async {
-        let shutdown = match csi_common::shutdown::signals() {
-            Ok(signals) => signals,
-            Err(err) => {
-                tracing::error!(error = %err, "cannot install signal handlers");
-                return ExitCode::from(1);
+    // Connection tasks are not waited for (a NotifyRegistrationStatus left unanswered on
+    // purpose): block_on_until_signal drops the runtime in the background.
+    csi_common::runtime::block_on_until_signal(
+        automaxprocs,
+        "Shutting down: removing the registration socket",
+        |shutdown| async move {
+            match registrar::run(config, shutdown).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    tracing::error!(error = %csi_common::logging::error_chain(&err), "node-driver-registrar failed");
+                    ExitCode::from(1)
+                }
             }
-        };
-        let shutdown = async move {
-            let signal = shutdown.await;
-            tracing::info!(%signal, "Shutting down: removing the registration socket");
-        };
-        match registrar::run(config, shutdown).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                tracing::error!(error = %csi_common::logging::error_chain(&err), "node-driver-registrar failed");
-                ExitCode::from(1)
-            }
-        }
-    });
-    // Do not wait for connection tasks (a NotifyRegistrationStatus left unanswered on purpose).
-    runtime.shutdown_background();
-    code
+        },
+    )
 }
 
 /// `<argv0> <version>` on stdout, as Go's `fmt.Println(os.Args[0], version)`.

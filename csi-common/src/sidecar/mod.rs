@@ -74,6 +74,7 @@
 //! }
 //! ```
 
+mod prepare;
 mod settings;
 
 use std::future::Future;
@@ -96,6 +97,7 @@ use crate::metrics::{self, CsiMetrics, ProcessMetrics, ScrapeMetrics};
 use crate::workqueue::metrics::WorkQueueMetrics;
 use crate::{identity, logging, workqueue};
 
+pub use prepare::{Prepared, finish, prepare};
 pub use settings::{
     CommonSettings, HttpSettings, KubeSettings, LeaderElectionSettings, SettingsError,
 };
