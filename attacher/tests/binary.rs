@@ -4,22 +4,145 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
+    CSIPersistentVolumeSource, Event, PersistentVolume, PersistentVolumeSpec,
 };
-use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec};
+use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Api;
-use kube::api::PostParams;
-use testbed_cluster::apiserver::ApiServer;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use testbed_cluster::apiserver::{ApiServer, Listening};
 use testbed_cluster::kcm::attach_detach;
-use testbed_mock_csi::{DEFAULT_NODE_ID, MockDriver, MockDriverConfig, MockVolume};
+use testbed_mock_csi::{
+    ControllerRpc, DEFAULT_NODE_ID, Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle,
+    MockVolume,
+};
+use testbed_support::process::ChildProcess;
+use testbed_support::wait::eventually;
+use tonic::Code;
 
 const BIN: &str = env!("CARGO_BIN_EXE_csi-attacher");
 const DRIVER: &str = "hostpath.csi.k8s.io";
+const FINALIZER: &str = "external-attacher/hostpath-csi-k8s-io";
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// API server, mock driver (with `vol-1` and a CSINode for `DEFAULT_NODE_ID`), one attacher.
+struct Cluster {
+    _server: ApiServer,
+    _listening: Listening,
+    client: Client,
+    driver: MockDriverHandle,
+    kubeconfig: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start(config: MockDriverConfig) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let server = ApiServer::new();
+        let listening = server.listen().await.unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        listening.write_kubeconfig(&kubeconfig).unwrap();
+        let client = server.client();
+        let driver = MockDriver::start(
+            MockDriverConfig {
+                driver_name: DRIVER.into(),
+                ..config
+            },
+            dir.path().join("csi.sock"),
+        )
+        .await
+        .unwrap();
+        driver.insert_volume(MockVolume::new("vol-1", 1 << 30));
+        server.put_object(&csi_node()).unwrap();
+        Api::<PersistentVolume>::all(client.clone())
+            .create(&PostParams::default(), &pv("pv-1", "vol-1"))
+            .await
+            .unwrap();
+        Self {
+            _server: server,
+            _listening: listening,
+            client,
+            driver,
+            kubeconfig,
+            dir,
+        }
+    }
+
+    fn attacher(&self) -> ChildProcess {
+        let args = [
+            format!("--csi-address={}", self.driver.socket_path().display()),
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            "--retry-interval-start=100ms".to_owned(),
+            "--retry-interval-max=1s".to_owned(),
+            "-v=5".to_owned(),
+        ];
+        ChildProcess::spawn(
+            "csi-attacher",
+            std::path::Path::new(BIN),
+            &args,
+            &self.dir.path().join("attacher.log"),
+        )
+        .unwrap()
+    }
+
+    async fn attached(&self) -> VolumeAttachment {
+        let name = attach_detach::attach(&self.client, "pv-1", DEFAULT_NODE_ID)
+            .await
+            .unwrap();
+        attach_detach::wait_attached(&self.client, &name, TIMEOUT)
+            .await
+            .unwrap()
+    }
+
+    async fn detached(&self, name: &str) {
+        attach_detach::detach(&self.client, "pv-1", DEFAULT_NODE_ID)
+            .await
+            .unwrap();
+        attach_detach::wait_detached(&self.client, name, TIMEOUT)
+            .await
+            .unwrap();
+    }
+
+    fn published(&self) -> bool {
+        self.driver
+            .volume("vol-1")
+            .unwrap()
+            .published_nodes
+            .contains_key(DEFAULT_NODE_ID)
+    }
+
+    async fn events(&self, reason: &str) -> Vec<Event> {
+        Api::<Event>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+}
+
+fn csi_node() -> CSINode {
+    CSINode {
+        metadata: ObjectMeta {
+            name: Some(DEFAULT_NODE_ID.into()),
+            ..Default::default()
+        },
+        spec: CSINodeSpec {
+            drivers: vec![CSINodeDriver {
+                name: DRIVER.into(),
+                node_id: DEFAULT_NODE_ID.into(),
+                ..Default::default()
+            }],
+        },
+    }
+}
 
 fn pv(name: &str, handle: &str) -> PersistentVolume {
     PersistentVolume {
@@ -35,10 +158,7 @@ fn pv(name: &str, handle: &str) -> PersistentVolume {
                 fs_type: Some("ext4".into()),
                 ..Default::default()
             }),
-            capacity: Some(BTreeMap::from([(
-                "storage".into(),
-                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
-            )])),
+            capacity: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
             ..Default::default()
         }),
         ..Default::default()
@@ -46,86 +166,188 @@ fn pv(name: &str, handle: &str) -> PersistentVolume {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_pv_volume_is_attached_and_detached() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = ApiServer::new();
-    let listening = server.listen().await.unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    listening.write_kubeconfig(&kubeconfig).unwrap();
-    let client = server.client();
-    let driver = MockDriver::start(
-        MockDriverConfig {
-            driver_name: DRIVER.into(),
-            ..MockDriverConfig::default()
-        },
-        dir.path().join("csi.sock"),
-    )
-    .await
-    .unwrap();
-    driver.insert_volume(MockVolume::new("vol-1", 1 << 30));
-    server
-        .put_object(&CSINode {
-            metadata: ObjectMeta {
-                name: Some(DEFAULT_NODE_ID.into()),
-                ..Default::default()
-            },
-            spec: CSINodeSpec {
-                drivers: vec![CSINodeDriver {
-                    name: DRIVER.into(),
-                    node_id: DEFAULT_NODE_ID.into(),
-                    ..Default::default()
-                }],
-            },
-        })
-        .unwrap();
-    Api::<PersistentVolume>::all(client.clone())
-        .create(&PostParams::default(), &pv("pv-1", "vol-1"))
-        .await
-        .unwrap();
+async fn a_pv_volume_is_attached_and_detached_with_finalizers_annotations_and_events() {
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    let _attacher = cluster.attacher();
 
-    let log = dir.path().join("attacher.log");
-    let mut child = tokio::process::Command::new(BIN)
-        .args([
-            format!("--csi-address={}", driver.socket_path().display()),
-            format!("--kubeconfig={}", kubeconfig.display()),
-            "--retry-interval-start=100ms".to_owned(),
-            "-v=5".to_owned(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-
-    let name = attach_detach::attach(&client, "pv-1", DEFAULT_NODE_ID)
-        .await
-        .unwrap();
-    let attached = attach_detach::wait_attached(&client, &name, Duration::from_secs(20))
-        .await
-        .unwrap_or_else(|err| panic!("{err}\n{}", std::fs::read_to_string(&log).unwrap()));
-    let finalizers = attached.metadata.finalizers.clone().unwrap_or_default();
-    assert_eq!(finalizers, ["external-attacher/hostpath-csi-k8s-io"]);
-    let annotations = attached.metadata.annotations.clone().unwrap_or_default();
+    let va = cluster.attached().await;
+    let name = va.metadata.name.clone().unwrap();
+    assert_eq!(
+        va.metadata.finalizers.clone().unwrap_or_default(),
+        [FINALIZER]
+    );
+    let annotations = va.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(
         annotations
             .get("csi.alpha.kubernetes.io/node-id")
             .map(String::as_str),
         Some(DEFAULT_NODE_ID)
     );
-    assert!(
-        driver
-            .volume("vol-1")
-            .unwrap()
-            .published_nodes
-            .contains_key(DEFAULT_NODE_ID)
+    assert_eq!(
+        annotations
+            .get("csi-attacher/volume-handle")
+            .map(String::as_str),
+        Some("vol-1")
     );
-
-    attach_detach::detach(&client, "pv-1", DEFAULT_NODE_ID)
+    assert!(cluster.published());
+    let pv = Api::<PersistentVolume>::all(cluster.client.clone())
+        .get("pv-1")
         .await
         .unwrap();
-    attach_detach::wait_detached(&client, &name, Duration::from_secs(20))
+    assert!(
+        pv.metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == FINALIZER)
+    );
+    eventually("a SuccessfulAttachVolume event", TIMEOUT, async || {
+        cluster
+            .events("SuccessfulAttachVolume")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+
+    cluster.detached(&name).await;
+    assert!(!cluster.published());
+    eventually("a SuccessfulDetachVolume event", TIMEOUT, async || {
+        cluster
+            .events("SuccessfulDetachVolume")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_driver_leaves_an_attach_error_and_a_warning_until_it_recovers() {
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    cluster.driver.inject(Fault::error(
+        Method::ControllerPublishVolume,
+        Code::ResourceExhausted,
+        "too many volumes on the node",
+    ));
+    let _attacher = cluster.attacher();
+    let name = attach_detach::attach(&cluster.client, "pv-1", DEFAULT_NODE_ID)
         .await
-        .unwrap_or_else(|err| panic!("{err}\n{}", std::fs::read_to_string(&log).unwrap()));
-    assert!(driver.volume("vol-1").unwrap().published_nodes.is_empty());
-    child.start_kill().unwrap();
+        .unwrap();
+    let vas = Api::<VolumeAttachment>::all(cluster.client.clone());
+    let error = eventually("status.attachError", TIMEOUT, async || {
+        vas.get(&name).await.ok()?.status?.attach_error
+    })
+    .await;
+    assert_eq!(
+        error.message.as_deref(),
+        Some("rpc error: code = ResourceExhausted desc = too many volumes on the node")
+    );
+    assert_eq!(error.error_code, Some(Code::ResourceExhausted as i32));
+    let warning = eventually("a FailedAttachVolume event", TIMEOUT, async || {
+        cluster
+            .events("FailedAttachVolume")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert!(
+        warning
+            .message
+            .unwrap_or_default()
+            .contains("code = ResourceExhausted"),
+        "the event carries the CSI code"
+    );
+
+    cluster.driver.clear_faults();
+    let va = attach_detach::wait_attached(&cluster.client, &name, TIMEOUT)
+        .await
+        .unwrap();
+    assert!(
+        va.status.unwrap().attach_error.is_none(),
+        "cleared on success"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_va_whose_pv_and_csinode_are_gone_still_detaches() {
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    let _attacher = cluster.attacher();
+    let name = cluster.attached().await.metadata.name.unwrap();
+
+    // Force-delete the PV (its finalizers removed by hand) and remove the node's CSINode.
+    let pvs = Api::<PersistentVolume>::all(cluster.client.clone());
+    pvs.delete("pv-1", &DeleteParams::default()).await.unwrap();
+    pvs.patch(
+        "pv-1",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    eventually("PV gone", TIMEOUT, async || {
+        pvs.get_opt("pv-1").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    Api::<CSINode>::all(cluster.client.clone())
+        .delete(DEFAULT_NODE_ID, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    Api::<VolumeAttachment>::all(cluster.client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    attach_detach::wait_detached(&cluster.client, &name, TIMEOUT)
+        .await
+        .unwrap();
+    assert!(
+        !cluster.published(),
+        "unpublished with the annotated handle and node ID"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_without_publish_gets_the_trivial_handler() {
+    let config = MockDriverConfig {
+        controller_capabilities: vec![ControllerRpc::CreateDeleteVolume],
+        ..MockDriverConfig::default()
+    };
+    let cluster = Cluster::start(config).await;
+    let _attacher = cluster.attacher();
+    let va = cluster.attached().await;
+    assert!(
+        va.metadata.finalizers.unwrap_or_default().is_empty(),
+        "no finalizer"
+    );
+    assert!(!cluster.published(), "no ControllerPublishVolume");
+    assert_eq!(
+        cluster.driver.call_count(Method::ControllerPublishVolume),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_flags_exit_with_upstreams_codes() {
+    let usage = tokio::process::Command::new(BIN)
+        .arg("--no-such-flag")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(usage.status.code(), Some(2));
+    let workers = tokio::process::Command::new(BIN)
+        .arg("--worker-threads=0")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(workers.status.code(), Some(1));
+    let version = tokio::process::Command::new(BIN)
+        .arg("-version")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(version.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&version.stdout).contains(" v0."));
 }
