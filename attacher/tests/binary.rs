@@ -74,13 +74,18 @@ impl Cluster {
     }
 
     fn attacher(&self) -> ChildProcess {
-        let args = [
+        self.attacher_with(&[])
+    }
+
+    fn attacher_with(&self, extra: &[&str]) -> ChildProcess {
+        let mut args = vec![
             format!("--csi-address={}", self.driver.socket_path().display()),
             format!("--kubeconfig={}", self.kubeconfig.display()),
             "--retry-interval-start=100ms".to_owned(),
             "--retry-interval-max=1s".to_owned(),
             "-v=5".to_owned(),
         ];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
         ChildProcess::spawn(
             "csi-attacher",
             std::path::Path::new(BIN),
@@ -88,6 +93,15 @@ impl Cluster {
             &self.dir.path().join("attacher.log"),
         )
         .unwrap()
+    }
+
+    /// Another PV with its volume in the driver.
+    async fn add_volume(&self, pv_name: &str, handle: &str) {
+        self.driver.insert_volume(MockVolume::new(handle, 1 << 30));
+        Api::<PersistentVolume>::all(self.client.clone())
+            .create(&PostParams::default(), &pv(pv_name, handle))
+            .await
+            .unwrap();
     }
 
     async fn attached(&self) -> VolumeAttachment {
@@ -350,4 +364,68 @@ async fn bad_flags_exit_with_upstreams_codes() {
         .unwrap();
     assert_eq!(version.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&version.stdout).contains(" v0."));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_of_slow_detaches_does_not_delay_a_new_attach() {
+    const BURST: usize = 8;
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    for i in 0..=BURST {
+        cluster
+            .add_volume(&format!("pv-b{i}"), &format!("vol-b{i}"))
+            .await;
+    }
+    let _attacher = cluster.attacher_with(&["--worker-threads=2"]);
+    let mut names = Vec::new();
+    for i in 0..BURST {
+        let pv = format!("pv-b{i}");
+        names.push(
+            attach_detach::attach(&cluster.client, &pv, DEFAULT_NODE_ID)
+                .await
+                .unwrap(),
+        );
+    }
+    for name in &names {
+        attach_detach::wait_attached(&cluster.client, name, TIMEOUT)
+            .await
+            .unwrap();
+    }
+
+    // Every detach takes a second; two workers need BURST / 2 seconds for all of them. With one
+    // queue (upstream) a new attach waits behind the whole burst.
+    cluster.driver.inject(Fault::delay(
+        Method::ControllerUnpublishVolume,
+        Duration::from_secs(1),
+    ));
+    let vas = Api::<VolumeAttachment>::all(cluster.client.clone());
+    for name in &names {
+        vas.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    cluster
+        .driver
+        .wait_for_calls(Method::ControllerUnpublishVolume, 1, TIMEOUT)
+        .await
+        .unwrap();
+
+    let new = attach_detach::attach(&cluster.client, &format!("pv-b{BURST}"), DEFAULT_NODE_ID)
+        .await
+        .unwrap();
+    attach_detach::wait_attached(&cluster.client, &new, TIMEOUT)
+        .await
+        .unwrap();
+    let mut waiting = 0;
+    for name in &names {
+        if vas.get_opt(name).await.unwrap().is_some() {
+            waiting += 1;
+        }
+    }
+    assert!(
+        waiting >= BURST / 2,
+        "the attach finished while {waiting} of {BURST} detaches still waited"
+    );
+    for name in &names {
+        attach_detach::wait_detached(&cluster.client, name, TIMEOUT)
+            .await
+            .unwrap();
+    }
 }
