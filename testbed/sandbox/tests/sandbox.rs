@@ -24,6 +24,7 @@ const FLOWS: &[&str] = &[
     "manual static binding",
     "node-driver-registrar registration with kubelet",
     "dynamic provisioning",
+    "attach and detach",
     "deletion",
     "driver restart -> probe 500 then 200",
 ];
@@ -35,6 +36,7 @@ const SIDECARS: &[&str] = &[
     "livenessprobe",
     "csi-node-driver-registrar",
     "csi-provisioner",
+    "csi-attacher",
 ];
 
 /// The target dir the test binaries were built into (`target/<profile>`).

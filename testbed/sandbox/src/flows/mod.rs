@@ -15,6 +15,7 @@
 //!    last.
 //! 3. If the flow needs a new sidecar binary, add it to [`super::sidecars::known`].
 
+mod attachment;
 mod binding;
 mod liveness;
 mod provisioning;
@@ -80,6 +81,9 @@ pub fn all() -> Vec<Flow> {
         }),
         flow("dynamic provisioning", |sb| {
             Box::pin(provisioning::provisioned(sb))
+        }),
+        flow("attach and detach", |sb| {
+            Box::pin(attachment::attached_and_detached(sb))
         }),
         flow("deletion", |sb| Box::pin(provisioning::deleted(sb))),
         // Disrupts every sidecar's driver connection: keep it last.
