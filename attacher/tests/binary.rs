@@ -429,3 +429,72 @@ async fn a_burst_of_slow_detaches_does_not_delay_a_new_attach() {
             .unwrap();
     }
 }
+
+fn free_port() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+async fn metrics(addr: std::net::SocketAddr) -> Option<String> {
+    let response = testbed_support::http_client::get(addr, "/metrics", Duration::from_secs(5))
+        .await
+        .ok()?;
+    (response.status == 200).then_some(response.body)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leader_election_backlog_and_queue_metrics_use_upstreams_names_plus_the_backlog() {
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    // Every publish fails, so the VA waits for its attach.
+    cluster.driver.inject(Fault::error(
+        Method::ControllerPublishVolume,
+        Code::Internal,
+        "backend down",
+    ));
+    let http = free_port();
+    let endpoint = format!("--http-endpoint={http}");
+    let _attacher = cluster.attacher_with(&[
+        &endpoint,
+        "--leader-election",
+        "--leader-election-namespace=default",
+    ]);
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        cluster.client.clone(),
+        "default",
+    );
+    eventually("the Lease", TIMEOUT, async || {
+        leases
+            .get_opt("external-attacher-leader-hostpath-csi-k8s-io")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    attach_detach::attach(&cluster.client, "pv-1", DEFAULT_NODE_ID)
+        .await
+        .unwrap();
+    let body = eventually("one attach pending in /metrics", TIMEOUT, async || {
+        metrics(http).await.filter(|body| {
+            body.contains(r#"csi_attacher_pending_operations{operation="attach"} 1"#)
+                && body.contains(r#"workqueue_retries_total{name="csi-attacher-va"}"#)
+        })
+    })
+    .await;
+    for family in [
+        r#"csi_attacher_pending_operations{operation="detach"} 0"#,
+        r#"csi_attacher_oldest_pending_operation_seconds{operation="attach"}"#,
+        r#"workqueue_adds_total{name="csi-attacher-va-detach"}"#,
+        r#"workqueue_adds_total{name="csi-attacher-pv"}"#,
+        r#"grpc_status_code="Internal",method_name="/csi.v1.Controller/ControllerPublishVolume""#,
+        r#"leader_election_master_status{name=""} 1"#,
+    ] {
+        assert!(body.contains(family), "{family} in\n{body}");
+    }
+    let health =
+        testbed_support::http_client::get(http, "/healthz/leader-election", Duration::from_secs(5))
+            .await
+            .unwrap();
+    assert_eq!(health.status, 200);
+}
