@@ -498,3 +498,27 @@ async fn leader_election_backlog_and_queue_metrics_use_upstreams_names_plus_the_
             .unwrap();
     assert_eq!(health.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reconciler_publishes_again_after_an_out_of_band_detach() {
+    let mut config = MockDriverConfig::default();
+    config
+        .controller_capabilities
+        .push(ControllerRpc::ListVolumesPublishedNodes);
+    let cluster = Cluster::start(config).await;
+    let _attacher = cluster.attacher_with(&["--reconcile-sync=200ms"]);
+    cluster.attached().await;
+    let publishes = cluster.driver.call_count(Method::ControllerPublishVolume);
+
+    // The backend forgets the attachment behind Kubernetes' back.
+    cluster
+        .driver
+        .insert_volume(MockVolume::new("vol-1", 1 << 30));
+    assert!(!cluster.published());
+    eventually("vol-1 published again", TIMEOUT, async || {
+        cluster.published().then_some(())
+    })
+    .await;
+    assert!(cluster.driver.call_count(Method::ControllerPublishVolume) > publishes);
+    assert!(cluster.driver.call_count(Method::ListVolumes) > 0);
+}
