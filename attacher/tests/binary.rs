@@ -522,3 +522,58 @@ async fn the_reconciler_publishes_again_after_an_out_of_band_detach() {
     assert!(cluster.driver.call_count(Method::ControllerPublishVolume) > publishes);
     assert!(cluster.driver.call_count(Method::ListVolumes) > 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hundred_volumes_are_attached_and_detached() {
+    const COUNT: usize = 200;
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    for i in 0..COUNT {
+        cluster
+            .add_volume(&format!("pv-m{i}"), &format!("vol-m{i}"))
+            .await;
+    }
+    let _attacher = cluster.attacher_with(&["--kube-api-qps=200", "--kube-api-burst=400"]);
+    let mut names = Vec::new();
+    for i in 0..COUNT {
+        let pv = format!("pv-m{i}");
+        names.push(
+            attach_detach::attach(&cluster.client, &pv, DEFAULT_NODE_ID)
+                .await
+                .unwrap(),
+        );
+    }
+    let vas = Api::<VolumeAttachment>::all(cluster.client.clone());
+    let long = Duration::from_mins(1);
+    eventually("every VA attached", long, async || {
+        let list = vas.list(&ListParams::default()).await.ok()?;
+        let attached = list
+            .items
+            .iter()
+            .filter(|va| va.status.as_ref().is_some_and(|s| s.attached))
+            .count();
+        (attached == COUNT).then_some(())
+    })
+    .await;
+    assert_eq!(
+        cluster.driver.call_count(Method::ControllerPublishVolume),
+        COUNT,
+        "one publish per volume"
+    );
+    for name in &names {
+        vas.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    eventually("every VA gone", long, async || {
+        vas.list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        cluster.driver.call_count(Method::ControllerUnpublishVolume),
+        COUNT,
+        "one unpublish per volume"
+    );
+}

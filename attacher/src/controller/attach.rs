@@ -17,6 +17,7 @@ use kube::api::{Patch, PatchParams};
 
 use super::Context;
 use crate::csi::AttachDriver;
+use crate::decide::VaAction;
 use crate::node::{self, NodeIdError};
 use crate::source::{self, Purpose, SourceError};
 use crate::{patch, request};
@@ -62,11 +63,14 @@ pub(super) async fn attach<D: AttachDriver>(ctx: &Context<D>, va: &VolumeAttachm
     let name = va.metadata.name.as_deref().unwrap_or_default();
     tracing::info!(va = name, "attaching");
     match publish(ctx, va).await {
-        Ok(publish_context) => {
+        Ok((publish_context, patched_version)) => {
             let body = patch::attached(&publish_context);
             match patch_status(ctx, name, &body).await {
                 Ok(()) => {
                     tracing::info!(va = name, "attached");
+                    let stale = va.metadata.resource_version.iter().chain(&patched_version);
+                    ctx.settled
+                        .record(va, VaAction::Attach, stale.cloned().collect());
                     ctx.event(va, EventType::Normal, ATTACHED, &success_message(va));
                     Outcome::Done
                 }
@@ -99,7 +103,7 @@ pub(super) async fn attach<D: AttachDriver>(ctx: &Context<D>, va: &VolumeAttachm
 async fn publish<D: AttachDriver>(
     ctx: &Context<D>,
     va: &VolumeAttachment,
-) -> Result<std::collections::HashMap<String, String>, AttachError> {
+) -> Result<(std::collections::HashMap<String, String>, Option<String>), AttachError> {
     let pv = source::pv_name(va).and_then(|name| ctx.stores.volume(name));
     let volume = source::resolve(va, pv.as_deref(), Purpose::Attach)?;
     let secret = volume
@@ -136,14 +140,17 @@ async fn publish<D: AttachDriver>(
     }
     let secret_text = secret.as_ref().map(source::secret_text);
     let annotations = source::attach_annotations(&volume, &node_id, secret_text.as_deref());
+    let mut patched_version = None;
     if let Some(body) = patch::va_attach_metadata(va, &ctx.finalizer, &annotations) {
         let name = va.metadata.name.as_deref().unwrap_or_default();
-        ctx.attachments()
+        let patched = ctx
+            .attachments()
             .patch(name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(|err| AttachError::SaveAttachment(KubeError(err)))?;
+        patched_version = patched.metadata.resource_version;
     }
-    Ok(ctx.driver.publish(publish).await?)
+    Ok((ctx.driver.publish(publish).await?, patched_version))
 }
 
 /// The trivial handler: mark attached, nothing else (spec §1.4, trivial handler).

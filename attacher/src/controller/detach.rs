@@ -18,6 +18,7 @@ use kube::api::{Patch, PatchParams};
 use super::Context;
 use super::attach::patch_status;
 use crate::csi::AttachDriver;
+use crate::decide::VaAction;
 use crate::node::{self, NodeIdError};
 use crate::source::{self, SourceError};
 use crate::{patch, request};
@@ -49,6 +50,8 @@ pub(super) async fn detach<D: AttachDriver>(ctx: &Context<D>, va: &VolumeAttachm
     match unpublish(ctx, va).await {
         Ok(()) => {
             tracing::info!(va = name, "detached");
+            let stale = va.metadata.resource_version.iter().cloned().collect();
+            ctx.settled.record(va, VaAction::Detach, stale);
             let message = format!("Detached {}", super::attach::subject(va));
             ctx.event(va, EventType::Normal, DETACHED, &message);
             Outcome::Done

@@ -7,6 +7,7 @@ mod backlog;
 mod detach;
 mod locks;
 mod reconcile;
+mod settled;
 mod volume;
 
 use std::collections::HashSet;
@@ -25,6 +26,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
 use self::locks::KeyLocks;
+use self::settled::Settled;
 use crate::csi::AttachDriver;
 use crate::decide::{self, VaAction};
 use crate::filter;
@@ -146,6 +148,8 @@ pub(crate) struct Context<D> {
     /// The reconciler's one-shot requests to redo an operation (upstream `forceSync`).
     forced: Mutex<HashSet<String>>,
     locks: Arc<KeyLocks>,
+    /// Our finished attaches and detaches the cache may not show yet.
+    settled: Arc<Settled>,
     recorder: EventRecorder,
 }
 
@@ -238,6 +242,7 @@ struct Routing {
     finalizer: String,
     queues: Queues,
     locks: Arc<KeyLocks>,
+    settled: Arc<Settled>,
 }
 
 impl StoreHandlers {
@@ -270,6 +275,7 @@ impl StoreHandlers {
             Change::Deleted(va) => {
                 if let Some(name) = &va.metadata.name {
                     routing.locks.forget(name);
+                    routing.settled.forget(name);
                 }
                 if let Some(pv) = crate::source::pv_name(va) {
                     routing.queues.volumes.add(pv.to_owned());
@@ -337,6 +343,7 @@ pub(crate) async fn run<D: AttachDriver>(
         queues: queues.clone(),
         forced: Mutex::default(),
         locks: Arc::new(KeyLocks::default()),
+        settled: Arc::new(Settled::default()),
         recorder,
         settings,
     });
@@ -348,6 +355,7 @@ pub(crate) async fn run<D: AttachDriver>(
         finalizer,
         queues: queues.clone(),
         locks: Arc::clone(&context.locks),
+        settled: Arc::clone(&context.settled),
     });
     resync(&context);
 
@@ -411,6 +419,7 @@ async fn resync_loop<D: Send + Sync + 'static>(
 async fn sync_attachment<D: AttachDriver>(ctx: &Context<D>, name: &str) -> Outcome {
     let _guard = ctx.locks.lock(name).await;
     let Some(va) = ctx.stores.attachment(name) else {
+        ctx.settled.forget(name);
         return Outcome::Done;
     };
     if ctx.settings.handler == Handler::Trivial {
@@ -418,7 +427,11 @@ async fn sync_attachment<D: AttachDriver>(ctx: &Context<D>, name: &str) -> Outco
     }
     let forced = ctx.take_forced(name);
     match decide::va_action(&va, &ctx.settings.driver, &ctx.finalizer, forced) {
-        VaAction::NotOurs | VaAction::UpToDate => Outcome::Done,
+        VaAction::NotOurs | VaAction::UpToDate => {
+            ctx.settled.forget(name);
+            Outcome::Done
+        }
+        action if !forced && ctx.settled.already_done(&va, action) => Outcome::Done,
         VaAction::Attach => attach::attach(ctx, &va).await,
         VaAction::Detach => detach::detach(ctx, &va).await,
     }

@@ -1,0 +1,145 @@
+//! Our own finished writes, so a cache that has not caught up with them does not repeat the
+//! operation.
+//!
+//! After an attach the VolumeAttachment changes twice (finalizer and annotations, then
+//! `status.attached`). The informer delivers both, and the first re-queues the object while the
+//! cache still says "not attached", which made a second ControllerPublishVolume (found with
+//! 200 VolumeAttachments: 210 publishes). The same lag after a detach would repeat
+//! ControllerUnpublishVolume (upstream #587). upstream lives with the extra calls; here a sync
+//! that sees exactly a version of the object from before our successful write skips it: the
+//! watch event of that write re-queues the object anyway. Any other version (someone else
+//! changed the object since) is synced normally.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+
+use crate::decide::VaAction;
+
+/// Per VolumeAttachment name: the uid, the operation done, and the resourceVersions the cache
+/// may still show from before it was done.
+#[derive(Debug, Default)]
+pub(crate) struct Settled(Mutex<HashMap<String, Entry>>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    uid: String,
+    action: VaAction,
+    stale_versions: Vec<String>,
+}
+
+fn key(va: &VolumeAttachment) -> Option<(String, String, String)> {
+    Some((
+        va.metadata.name.clone()?,
+        va.metadata.uid.clone()?,
+        va.metadata.resource_version.clone()?,
+    ))
+}
+
+impl Settled {
+    /// `action` succeeded for `va`; the cache may still show any of `stale_versions`.
+    pub(crate) fn record(
+        &self,
+        va: &VolumeAttachment,
+        action: VaAction,
+        stale_versions: Vec<String>,
+    ) {
+        let Some((name, uid, _)) = key(va) else {
+            return;
+        };
+        self.lock().insert(
+            name,
+            Entry {
+                uid,
+                action,
+                stale_versions,
+            },
+        );
+    }
+
+    /// Whether `action` on this cached `va` would repeat a write that already succeeded.
+    pub(crate) fn already_done(&self, va: &VolumeAttachment, action: VaAction) -> bool {
+        let Some((name, uid, version)) = key(va) else {
+            return false;
+        };
+        self.lock().get(&name).is_some_and(|entry| {
+            entry.uid == uid && entry.action == action && entry.stale_versions.contains(&version)
+        })
+    }
+
+    /// The cache caught up (or the object is gone): forget `name`.
+    pub(crate) fn forget(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn va(uid: &str, version: &str) -> VolumeAttachment {
+        VolumeAttachment {
+            metadata: ObjectMeta {
+                name: Some("va".into()),
+                uid: Some(uid.into()),
+                resource_version: Some(version.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_the_versions_from_before_our_write_are_skipped() {
+        let settled = Settled::default();
+        settled.record(
+            &va("u1", "5"),
+            VaAction::Attach,
+            vec!["5".into(), "6".into()],
+        );
+        let cases = [
+            ("version we read", "u1", "5", VaAction::Attach, true),
+            (
+                "version our metadata patch made",
+                "u1",
+                "6",
+                VaAction::Attach,
+                true,
+            ),
+            (
+                "changed by someone since",
+                "u1",
+                "9",
+                VaAction::Attach,
+                false,
+            ),
+            (
+                "another object of the same name",
+                "u2",
+                "5",
+                VaAction::Attach,
+                false,
+            ),
+            ("another operation", "u1", "5", VaAction::Detach, false),
+        ];
+        for (name, uid, version, action, want) in cases {
+            assert_eq!(
+                settled.already_done(&va(uid, version), action),
+                want,
+                "{name}"
+            );
+        }
+        settled.forget("va");
+        assert!(
+            !settled.already_done(&va("u1", "5"), VaAction::Attach),
+            "forgotten"
+        );
+    }
+}
