@@ -5,18 +5,14 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 
 use super::{FlowError, FlowResult, metric_value, ms_since, require_sidecar, wait_for};
-use crate::{NAMESPACE, NODE_NAME, Sandbox};
-use testbed_cluster::kcm::objects;
+use crate::{NODE_NAME, Sandbox};
 use testbed_support::http_client;
 
 const ATTACHER: &str = "csi-attacher";
-/// The claim the provisioning flow bound.
-const CLAIM: &str = "sandbox-dynamic";
 const NODE_ID_ANNOTATION: &str = "csi.alpha.kubernetes.io/node-id";
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -27,20 +23,7 @@ fn failed(what: &str, err: impl std::fmt::Display) -> FlowError {
 /// Attach, check, detach, check.
 pub(super) async fn attached_and_detached(sb: &Sandbox) -> FlowResult {
     let addr = require_sidecar(sb, ATTACHER)?;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().clone(), NAMESPACE);
-    let claim = claims
-        .get_opt(CLAIM)
-        .await
-        .map_err(|e| failed("GET the claim", e))?
-        .ok_or_else(|| {
-            FlowError::Skipped(format!(
-                "{CLAIM} does not exist (dynamic provisioning did not pass)"
-            ))
-        })?;
-    let pv = objects::claim_volume_name(&claim).to_owned();
-    if pv.is_empty() {
-        return Err(FlowError::Skipped(format!("{CLAIM} is not bound")));
-    }
+    let pv = super::provisioning::dynamic_volume(sb).await?;
     let mut notes = Vec::new();
     let start = tokio::time::Instant::now();
     let name = sb

@@ -307,10 +307,10 @@ pub(super) async fn provisioned(sb: &Sandbox) -> FlowResult {
 
 /// Deleting the claim releases its PV; csi-provisioner calls DeleteVolume, deletes the PV and
 /// drops its finalizer.
-pub(super) async fn deleted(sb: &Sandbox) -> FlowResult {
-    let addr = require_sidecar(sb, PROVISIONER)?;
+/// The PV the "dynamic provisioning" flow bound to its claim; [`FlowError::Skipped`] when that
+/// flow did not pass.
+pub(super) async fn dynamic_volume(sb: &Sandbox) -> Result<String, FlowError> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().clone(), NAMESPACE);
-    let volumes: Api<PersistentVolume> = Api::all(sb.client().clone());
     let claim = claims
         .get_opt(CLAIM)
         .await
@@ -324,6 +324,14 @@ pub(super) async fn deleted(sb: &Sandbox) -> FlowResult {
     if pv_name.is_empty() {
         return Err(FlowError::Skipped(format!("{CLAIM} is not bound")));
     }
+    Ok(pv_name)
+}
+
+pub(super) async fn deleted(sb: &Sandbox) -> FlowResult {
+    let addr = require_sidecar(sb, PROVISIONER)?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().clone(), NAMESPACE);
+    let volumes: Api<PersistentVolume> = Api::all(sb.client().clone());
+    let pv_name = dynamic_volume(sb).await?;
     let mut notes = Vec::new();
     let start = tokio::time::Instant::now();
     claims
