@@ -129,12 +129,7 @@ async fn publish<D: AttachDriver>(
         && let Some(body) = patch::pv_add_finalizer(pv, &ctx.finalizer)
     {
         let name = pv.metadata.name.as_deref().unwrap_or_default();
-        ctx.volumes()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Json::<()>(json_patch(body)),
-            )
+        ctx.patch_volume(name, body)
             .await
             .map_err(|err| AttachError::PvFinalizer(KubeError(err)))?;
     }
@@ -179,11 +174,6 @@ pub(super) async fn patch_status<D>(
         .await
         .map(drop)
         .map_err(KubeError)
-}
-
-/// A JSON patch (RFC 6902) from the value `crate::patch` built.
-pub(super) fn json_patch(body: serde_json::Value) -> json_patch::Patch {
-    serde_json::from_value(body).unwrap_or_else(|_| json_patch::Patch(Vec::new()))
 }
 
 pub(super) fn subject(va: &VolumeAttachment) -> String {

@@ -162,6 +162,24 @@ impl<D> Context<D> {
         Api::all(self.client.clone())
     }
 
+    /// Sends a JSON patch (RFC 6902) built by `crate::patch` to PV `name`; a body that is not
+    /// a JSON patch is a serialization error, never an empty patch.
+    async fn patch_volume(
+        &self,
+        name: &str,
+        body: serde_json::Value,
+    ) -> Result<PersistentVolume, kube::Error> {
+        let patch: json_patch::Patch =
+            serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
+        self.volumes()
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Json::<()>(patch),
+            )
+            .await
+    }
+
     fn take_forced(&self, name: &str) -> bool {
         self.forced
             .lock()

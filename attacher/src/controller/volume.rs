@@ -3,10 +3,8 @@
 //! `SyncNewOrUpdatedPersistentVolume`).
 
 use csi_common::controller::Outcome;
-use kube::api::{Patch, PatchParams};
 
 use super::Context;
-use super::attach::json_patch;
 use crate::decide;
 
 /// One pass over PV `name`.
@@ -19,15 +17,7 @@ pub(super) async fn sync<D>(ctx: &Context<D>, name: &str) -> Outcome {
     else {
         return Outcome::Done;
     };
-    match ctx
-        .volumes()
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Json::<()>(json_patch(body)),
-        )
-        .await
-    {
+    match ctx.patch_volume(name, body).await {
         Ok(_) => {
             tracing::info!(pv = name, "removed finalizer");
             Outcome::Done
