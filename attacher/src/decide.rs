@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde_json::Value;
 
+use crate::names::has_finalizer;
 use crate::patch;
 
 /// The work a VolumeAttachment needs.
@@ -39,7 +40,7 @@ pub(crate) fn va_action(
         } else {
             VaAction::Attach
         }
-    } else if has_finalizer(va.metadata.finalizers.as_deref(), finalizer) || forced {
+    } else if has_finalizer(&va.metadata, finalizer) || forced {
         VaAction::Detach
     } else {
         VaAction::UpToDate
@@ -67,13 +68,6 @@ pub(crate) fn pv_release<'a>(
         return None;
     }
     patch::pv_remove_finalizer(pv, finalizer)
-}
-
-fn has_finalizer(finalizers: Option<&[String]>, finalizer: &str) -> bool {
-    finalizers
-        .unwrap_or_default()
-        .iter()
-        .any(|f| f == finalizer)
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
+use crate::names::has_finalizer;
+
 /// Whether a VolumeAttachment update needs a sync: always on a resync (same resourceVersion),
 /// otherwise unless only `status.attachError` / `status.detachError` (and the bookkeeping
 /// fields resourceVersion and managedFields) changed.
@@ -33,14 +35,7 @@ fn without_errors(va: &VolumeAttachment) -> VolumeAttachment {
 /// deleted (the finalizer may go once no VolumeAttachment uses it). Upstream also syncs in-tree
 /// PVs for CSI-migration rollback, which this attacher does not do (no migration support).
 pub(crate) fn pv_needs_sync(pv: &PersistentVolume, finalizer: &str) -> bool {
-    pv.metadata.deletion_timestamp.is_some()
-        && pv
-            .metadata
-            .finalizers
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .any(|f| f == finalizer)
+    pv.metadata.deletion_timestamp.is_some() && has_finalizer(&pv.metadata, finalizer)
 }
 
 #[cfg(test)]

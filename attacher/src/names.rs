@@ -24,6 +24,18 @@ pub(crate) fn finalizer(driver: &str) -> String {
     format!("external-attacher/{}", leader::sanitize(driver))
 }
 
+/// Whether `meta` lists `finalizer`.
+pub(crate) fn has_finalizer(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    finalizer: &str,
+) -> bool {
+    meta.finalizers
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|f| f == finalizer)
+}
+
 /// The Lease is `external-attacher-leader-<driver>`, sanitized as a whole (the sidecar runtime
 /// puts the prefix and the driver name together).
 pub(crate) const LEASE_PREFIX: &str = "external-attacher-leader-";

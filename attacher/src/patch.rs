@@ -12,6 +12,8 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
+use crate::names::has_finalizer;
+
 fn finalizers(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &[String] {
     meta.finalizers.as_deref().unwrap_or_default()
 }
@@ -25,9 +27,8 @@ pub(crate) fn va_attach_metadata(
     annotations: &[(&str, &str)],
 ) -> Option<Value> {
     let mut metadata = serde_json::Map::new();
-    let current = finalizers(&va.metadata);
-    if !current.iter().any(|f| f == finalizer) {
-        let mut list = current.to_vec();
+    if !has_finalizer(&va.metadata, finalizer) {
+        let mut list = finalizers(&va.metadata).to_vec();
         list.push(finalizer.to_owned());
         metadata.insert("finalizers".into(), json!(list));
     }
@@ -51,11 +52,13 @@ pub(crate) fn va_attach_metadata(
 /// there. Sent before the detached status so that a failure in between cannot make the next
 /// sync call ControllerUnpublishVolume again (upstream v4.9, issue #587).
 pub(crate) fn va_remove_finalizer(va: &VolumeAttachment, finalizer: &str) -> Option<Value> {
-    let current = finalizers(&va.metadata);
-    if !current.iter().any(|f| f == finalizer) {
+    if !has_finalizer(&va.metadata, finalizer) {
         return None;
     }
-    let rest: Vec<&String> = current.iter().filter(|f| *f != finalizer).collect();
+    let rest: Vec<&String> = finalizers(&va.metadata)
+        .iter()
+        .filter(|f| *f != finalizer)
+        .collect();
     let value = if rest.is_empty() {
         Value::Null
     } else {
@@ -119,11 +122,10 @@ fn time_text(time: Timestamp) -> String {
 /// list is appended to; an absent or empty one is set whole, guarded by a `test` of the
 /// resourceVersion so a finalizer someone else added meanwhile is not overwritten.
 pub(crate) fn pv_add_finalizer(pv: &PersistentVolume, finalizer: &str) -> Option<Value> {
-    let current = finalizers(&pv.metadata);
-    if current.iter().any(|f| f == finalizer) {
+    if has_finalizer(&pv.metadata, finalizer) {
         return None;
     }
-    if current.is_empty() {
+    if finalizers(&pv.metadata).is_empty() {
         Some(json!([
             { "op": "test", "path": "/metadata/resourceVersion",
               "value": pv.metadata.resource_version.clone().unwrap_or_default() },
