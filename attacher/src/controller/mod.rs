@@ -246,7 +246,7 @@ pub(crate) fn stores(client: &Client) -> (Stores, Vec<InformerTask>, StoreHandle
 /// The informers' event handlers; they do nothing until [`run`] connects them to the queues,
 /// so the caches can fill while the sidecar waits for the Lease.
 #[derive(Clone, Default)]
-pub(crate) struct StoreHandlers(Arc<Mutex<Option<Routing>>>);
+pub(crate) struct StoreHandlers(Arc<Mutex<Option<Arc<Routing>>>>);
 
 impl std::fmt::Debug for StoreHandlers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -264,7 +264,8 @@ struct Routing {
 }
 
 impl StoreHandlers {
-    fn routing(&self) -> Option<Routing> {
+    /// The routing, cheap to take for every event (one `Arc` clone).
+    fn routing(&self) -> Option<Arc<Routing>> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -272,7 +273,7 @@ impl StoreHandlers {
     }
 
     fn connect(&self, routing: Routing) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(routing);
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(routing));
     }
 
     /// VA add → queue; update → queue unless only our own error fields changed; delete → the
