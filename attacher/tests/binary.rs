@@ -3,181 +3,21 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+mod support;
+
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, Event, PersistentVolume, PersistentVolumeSpec,
-};
-use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
-use testbed_cluster::apiserver::{ApiServer, Listening};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use support::*;
 use testbed_cluster::kcm::attach_detach;
 use testbed_mock_csi::{
-    ControllerRpc, DEFAULT_NODE_ID, Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle,
-    MockVolume,
+    ControllerRpc, DEFAULT_NODE_ID, Fault, Method, MockDriverConfig, MockVolume,
 };
-use testbed_support::process::ChildProcess;
 use testbed_support::wait::eventually;
 use tonic::Code;
-
-const BIN: &str = env!("CARGO_BIN_EXE_csi-attacher");
-const DRIVER: &str = "hostpath.csi.k8s.io";
-const FINALIZER: &str = "external-attacher/hostpath-csi-k8s-io";
-const TIMEOUT: Duration = Duration::from_secs(20);
-
-/// API server, mock driver (with `vol-1` and a CSINode for `DEFAULT_NODE_ID`), one attacher.
-struct Cluster {
-    _server: ApiServer,
-    _listening: Listening,
-    client: Client,
-    driver: MockDriverHandle,
-    kubeconfig: PathBuf,
-    dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    async fn start(config: MockDriverConfig) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let server = ApiServer::new();
-        let listening = server.listen().await.unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        listening.write_kubeconfig(&kubeconfig).unwrap();
-        let client = server.client();
-        let driver = MockDriver::start(
-            MockDriverConfig {
-                driver_name: DRIVER.into(),
-                ..config
-            },
-            dir.path().join("csi.sock"),
-        )
-        .await
-        .unwrap();
-        driver.insert_volume(MockVolume::new("vol-1", 1 << 30));
-        server.put_object(&csi_node()).unwrap();
-        Api::<PersistentVolume>::all(client.clone())
-            .create(&PostParams::default(), &pv("pv-1", "vol-1"))
-            .await
-            .unwrap();
-        Self {
-            _server: server,
-            _listening: listening,
-            client,
-            driver,
-            kubeconfig,
-            dir,
-        }
-    }
-
-    fn attacher(&self) -> ChildProcess {
-        self.attacher_with(&[])
-    }
-
-    fn attacher_with(&self, extra: &[&str]) -> ChildProcess {
-        let mut args = vec![
-            format!("--csi-address={}", self.driver.socket_path().display()),
-            format!("--kubeconfig={}", self.kubeconfig.display()),
-            "--retry-interval-start=100ms".to_owned(),
-            "--retry-interval-max=1s".to_owned(),
-            "-v=5".to_owned(),
-        ];
-        args.extend(extra.iter().map(|a| (*a).to_owned()));
-        ChildProcess::spawn(
-            "csi-attacher",
-            std::path::Path::new(BIN),
-            &args,
-            &self.dir.path().join("attacher.log"),
-        )
-        .unwrap()
-    }
-
-    /// Another PV with its volume in the driver.
-    async fn add_volume(&self, pv_name: &str, handle: &str) {
-        self.driver.insert_volume(MockVolume::new(handle, 1 << 30));
-        Api::<PersistentVolume>::all(self.client.clone())
-            .create(&PostParams::default(), &pv(pv_name, handle))
-            .await
-            .unwrap();
-    }
-
-    async fn attached(&self) -> VolumeAttachment {
-        let name = attach_detach::attach(&self.client, "pv-1", DEFAULT_NODE_ID)
-            .await
-            .unwrap();
-        attach_detach::wait_attached(&self.client, &name, TIMEOUT)
-            .await
-            .unwrap()
-    }
-
-    async fn detached(&self, name: &str) {
-        attach_detach::detach(&self.client, "pv-1", DEFAULT_NODE_ID)
-            .await
-            .unwrap();
-        attach_detach::wait_detached(&self.client, name, TIMEOUT)
-            .await
-            .unwrap();
-    }
-
-    fn published(&self) -> bool {
-        self.driver
-            .volume("vol-1")
-            .unwrap()
-            .published_nodes
-            .contains_key(DEFAULT_NODE_ID)
-    }
-
-    async fn events(&self, reason: &str) -> Vec<Event> {
-        Api::<Event>::all(self.client.clone())
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .collect()
-    }
-}
-
-fn csi_node() -> CSINode {
-    CSINode {
-        metadata: ObjectMeta {
-            name: Some(DEFAULT_NODE_ID.into()),
-            ..Default::default()
-        },
-        spec: CSINodeSpec {
-            drivers: vec![CSINodeDriver {
-                name: DRIVER.into(),
-                node_id: DEFAULT_NODE_ID.into(),
-                ..Default::default()
-            }],
-        },
-    }
-}
-
-fn pv(name: &str, handle: &str) -> PersistentVolume {
-    PersistentVolume {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(PersistentVolumeSpec {
-            access_modes: Some(vec!["ReadWriteOnce".into()]),
-            csi: Some(CSIPersistentVolumeSource {
-                driver: DRIVER.into(),
-                volume_handle: handle.into(),
-                fs_type: Some("ext4".into()),
-                ..Default::default()
-            }),
-            capacity: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pv_volume_is_attached_and_detached_with_finalizers_annotations_and_events() {
@@ -428,20 +268,6 @@ async fn a_burst_of_slow_detaches_does_not_delay_a_new_attach() {
             .await
             .unwrap();
     }
-}
-
-fn free_port() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-async fn metrics(addr: std::net::SocketAddr) -> Option<String> {
-    let response = testbed_support::http_client::get(addr, "/metrics", Duration::from_secs(5))
-        .await
-        .ok()?;
-    (response.status == 200).then_some(response.body)
 }
 
 #[tokio::test(flavor = "multi_thread")]
