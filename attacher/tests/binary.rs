@@ -1,183 +1,26 @@
 //! Whole-binary tests of `csi-attacher` against the in-memory API server, the
-//! controller-manager stand-in's attach-detach helper and the mock CSI driver.
+//! controller-manager stand-in's attach-detach helper and the mock CSI driver: the attach and
+//! detach flows, errors and recovery, queues and metrics. Publish requests are in
+//! `publish.rs`, bad input in `bad_input.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+mod support;
+
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, Event, PersistentVolume, PersistentVolumeSpec,
-};
-use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
-use testbed_cluster::apiserver::{ApiServer, Listening};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use testbed_cluster::kcm::attach_detach;
 use testbed_mock_csi::{
-    ControllerRpc, DEFAULT_NODE_ID, Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle,
-    MockVolume,
+    ControllerRpc, DEFAULT_NODE_ID, Fault, Method, MockDriverConfig, MockVolume,
 };
-use testbed_support::process::ChildProcess;
 use testbed_support::wait::eventually;
 use tonic::Code;
 
-const BIN: &str = env!("CARGO_BIN_EXE_csi-attacher");
-const DRIVER: &str = "hostpath.csi.k8s.io";
-const FINALIZER: &str = "external-attacher/hostpath-csi-k8s-io";
-const TIMEOUT: Duration = Duration::from_secs(20);
-
-/// API server, mock driver (with `vol-1` and a CSINode for `DEFAULT_NODE_ID`), one attacher.
-struct Cluster {
-    _server: ApiServer,
-    _listening: Listening,
-    client: Client,
-    driver: MockDriverHandle,
-    kubeconfig: PathBuf,
-    dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    async fn start(config: MockDriverConfig) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let server = ApiServer::new();
-        let listening = server.listen().await.unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        listening.write_kubeconfig(&kubeconfig).unwrap();
-        let client = server.client();
-        let driver = MockDriver::start(
-            MockDriverConfig {
-                driver_name: DRIVER.into(),
-                ..config
-            },
-            dir.path().join("csi.sock"),
-        )
-        .await
-        .unwrap();
-        driver.insert_volume(MockVolume::new("vol-1", 1 << 30));
-        server.put_object(&csi_node()).unwrap();
-        Api::<PersistentVolume>::all(client.clone())
-            .create(&PostParams::default(), &pv("pv-1", "vol-1"))
-            .await
-            .unwrap();
-        Self {
-            _server: server,
-            _listening: listening,
-            client,
-            driver,
-            kubeconfig,
-            dir,
-        }
-    }
-
-    fn attacher(&self) -> ChildProcess {
-        self.attacher_with(&[])
-    }
-
-    fn attacher_with(&self, extra: &[&str]) -> ChildProcess {
-        let mut args = vec![
-            format!("--csi-address={}", self.driver.socket_path().display()),
-            format!("--kubeconfig={}", self.kubeconfig.display()),
-            "--retry-interval-start=100ms".to_owned(),
-            "--retry-interval-max=1s".to_owned(),
-            "-v=5".to_owned(),
-        ];
-        args.extend(extra.iter().map(|a| (*a).to_owned()));
-        ChildProcess::spawn(
-            "csi-attacher",
-            std::path::Path::new(BIN),
-            &args,
-            &self.dir.path().join("attacher.log"),
-        )
-        .unwrap()
-    }
-
-    /// Another PV with its volume in the driver.
-    async fn add_volume(&self, pv_name: &str, handle: &str) {
-        self.driver.insert_volume(MockVolume::new(handle, 1 << 30));
-        Api::<PersistentVolume>::all(self.client.clone())
-            .create(&PostParams::default(), &pv(pv_name, handle))
-            .await
-            .unwrap();
-    }
-
-    async fn attached(&self) -> VolumeAttachment {
-        let name = attach_detach::attach(&self.client, "pv-1", DEFAULT_NODE_ID)
-            .await
-            .unwrap();
-        attach_detach::wait_attached(&self.client, &name, TIMEOUT)
-            .await
-            .unwrap()
-    }
-
-    async fn detached(&self, name: &str) {
-        attach_detach::detach(&self.client, "pv-1", DEFAULT_NODE_ID)
-            .await
-            .unwrap();
-        attach_detach::wait_detached(&self.client, name, TIMEOUT)
-            .await
-            .unwrap();
-    }
-
-    fn published(&self) -> bool {
-        self.driver
-            .volume("vol-1")
-            .unwrap()
-            .published_nodes
-            .contains_key(DEFAULT_NODE_ID)
-    }
-
-    async fn events(&self, reason: &str) -> Vec<Event> {
-        Api::<Event>::all(self.client.clone())
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .collect()
-    }
-}
-
-fn csi_node() -> CSINode {
-    CSINode {
-        metadata: ObjectMeta {
-            name: Some(DEFAULT_NODE_ID.into()),
-            ..Default::default()
-        },
-        spec: CSINodeSpec {
-            drivers: vec![CSINodeDriver {
-                name: DRIVER.into(),
-                node_id: DEFAULT_NODE_ID.into(),
-                ..Default::default()
-            }],
-        },
-    }
-}
-
-fn pv(name: &str, handle: &str) -> PersistentVolume {
-    PersistentVolume {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(PersistentVolumeSpec {
-            access_modes: Some(vec!["ReadWriteOnce".into()]),
-            csi: Some(CSIPersistentVolumeSource {
-                driver: DRIVER.into(),
-                volume_handle: handle.into(),
-                fs_type: Some("ext4".into()),
-                ..Default::default()
-            }),
-            capacity: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
+use support::{BIN, Cluster, FINALIZER, TIMEOUT, free_port, has_our_finalizer, metrics};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pv_volume_is_attached_and_detached_with_finalizers_annotations_and_events() {
@@ -245,9 +88,7 @@ async fn a_failing_driver_leaves_an_attach_error_and_a_warning_until_it_recovers
         "too many volumes on the node",
     ));
     let _attacher = cluster.attacher();
-    let name = attach_detach::attach(&cluster.client, "pv-1", DEFAULT_NODE_ID)
-        .await
-        .unwrap();
+    let name = cluster.request_attach("pv-1").await;
     let vas = Api::<VolumeAttachment>::all(cluster.client.clone());
     let error = eventually("status.attachError", TIMEOUT, async || {
         vas.get(&name).await.ok()?.status?.attach_error
@@ -310,17 +151,75 @@ async fn a_va_whose_pv_and_csinode_are_gone_still_detaches() {
         .await
         .unwrap();
 
-    Api::<VolumeAttachment>::all(cluster.client.clone())
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
-    attach_detach::wait_detached(&cluster.client, &name, TIMEOUT)
-        .await
-        .unwrap();
+    cluster.delete_va(&name).await;
     assert!(
         !cluster.published(),
         "unpublished with the annotated handle and node ID"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_va_whose_csinode_lost_the_driver_detaches_with_the_annotated_node_id() {
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    cluster.add_volume("pv-2", "vol-2").await;
+    let _attacher = cluster.attacher();
+    let name = cluster.attached().await.metadata.name.unwrap();
+
+    // The driver pod left the node: the kubelet drops its CSINode entry, the CSINode stays.
+    Api::<CSINode>::all(cluster.client.clone())
+        .patch(
+            DEFAULT_NODE_ID,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"drivers": []}})),
+        )
+        .await
+        .unwrap();
+    // An attach on the node fails once the attacher's cache has the change (no fallback for
+    // attach), so the detach below cannot use the old entry.
+    let other = cluster.request_attach("pv-2").await;
+    assert_eq!(
+        cluster.attach_error(&other).await.message.as_deref(),
+        Some("CSINode mock-node does not contain driver hostpath.csi.k8s.io")
+    );
+
+    cluster.detached(&name).await;
+    let unpublish = cluster.unpublish_requests();
+    assert_eq!(unpublish.len(), 1);
+    assert_eq!(unpublish[0].node_id, DEFAULT_NODE_ID, "from the annotation");
+    assert!(!cluster.published());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pv_deleted_while_attached_keeps_our_finalizer_until_its_va_is_gone() {
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    let http = free_port();
+    let _attacher = cluster.attacher_with(&[&format!("--http-endpoint={http}")]);
+    let name = cluster.attached().await.metadata.name.unwrap();
+    let pvs = cluster.volumes();
+    pvs.delete("pv-1", &DeleteParams::default()).await.unwrap();
+    // The PV sync has looked at the deleted PV (its only item so far) and kept the finalizer.
+    eventually("one PV sync done", TIMEOUT, async || {
+        metrics(http).await.filter(|body| {
+            body.contains(r#"workqueue_work_duration_seconds_count{name="csi-attacher-pv"} 1"#)
+        })
+    })
+    .await;
+    let deleting = pvs.get("pv-1").await.unwrap();
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    assert!(
+        has_our_finalizer(&deleting.metadata),
+        "the VA still needs it"
+    );
+
+    // Detach still reads the PV being deleted; then the PV sync releases it.
+    cluster.detached(&name).await;
+    assert!(!cluster.published());
+    eventually("our finalizer off the PV", TIMEOUT, async || {
+        let pv = pvs.get_opt("pv-1").await.ok()?;
+        pv.is_none_or(|pv| !has_our_finalizer(&pv.metadata))
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -428,20 +327,6 @@ async fn a_burst_of_slow_detaches_does_not_delay_a_new_attach() {
             .await
             .unwrap();
     }
-}
-
-fn free_port() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-async fn metrics(addr: std::net::SocketAddr) -> Option<String> {
-    let response = testbed_support::http_client::get(addr, "/metrics", Duration::from_secs(5))
-        .await
-        .ok()?;
-    (response.status == 200).then_some(response.body)
 }
 
 #[tokio::test(flavor = "multi_thread")]
