@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     GCEPersistentDiskVolumeSource, NFSVolumeSource, PersistentVolumeSpec,
 };
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachmentSource};
+use k8s_openapi::api::storage::v1::CSINode;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use testbed_cluster::kcm::attach_detach;
@@ -21,14 +21,7 @@ use testbed_mock_csi::{DEFAULT_NODE_ID, Fault, Method, MockDriverConfig};
 use testbed_support::wait::eventually;
 use tonic::Code;
 
-use support::{Cluster, TIMEOUT, csi_node, has_our_finalizer, pv_with_spec};
-
-fn pv_source(name: &str) -> VolumeAttachmentSource {
-    VolumeAttachmentSource {
-        persistent_volume_name: Some(name.into()),
-        inline_volume_spec: None,
-    }
-}
+use support::{Cluster, TIMEOUT, csi_node, has_our_finalizer, pv_source, pv_with_spec};
 
 /// Waits until the Warning about `name` has been recorded at least twice: the attach was
 /// retried (the event correlator counts identical events on one Event).

@@ -20,7 +20,7 @@ use testbed_mock_csi::{
 use testbed_support::wait::eventually;
 use tonic::Code;
 
-use support::{BIN, Cluster, FINALIZER, TIMEOUT, free_port, has_our_finalizer, metrics};
+use support::{BIN, Cluster, FINALIZER, TIMEOUT, free_port, has_our_finalizer, metrics, pv_source};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pv_volume_is_attached_and_detached_with_finalizers_annotations_and_events() {
@@ -129,6 +129,7 @@ async fn a_failing_driver_leaves_an_attach_error_and_a_warning_until_it_recovers
 #[tokio::test(flavor = "multi_thread")]
 async fn a_va_whose_pv_and_csinode_are_gone_still_detaches() {
     let cluster = Cluster::start(MockDriverConfig::default()).await;
+    cluster.add_volume("pv-2", "vol-2").await;
     let _attacher = cluster.attacher();
     let name = cluster.attached().await.metadata.name.unwrap();
 
@@ -150,6 +151,18 @@ async fn a_va_whose_pv_and_csinode_are_gone_still_detaches() {
         .delete(DEFAULT_NODE_ID, &DeleteParams::default())
         .await
         .unwrap();
+    // Two more attaches fail once the attacher's caches have lost the PV and the CSINode, so
+    // the detach below cannot use either.
+    let probe = cluster.create_va("va-probe", pv_source("pv-1")).await;
+    assert_eq!(
+        cluster.attach_error(&probe).await.message.as_deref(),
+        Some(r#"persistentvolume "pv-1" not found"#)
+    );
+    let other = cluster.request_attach("pv-2").await;
+    assert_eq!(
+        cluster.attach_error(&other).await.message.as_deref(),
+        Some(r#"csinode.storage.k8s.io "mock-node" not found"#)
+    );
 
     cluster.delete_va(&name).await;
     assert!(

@@ -261,6 +261,14 @@ impl Cluster {
     }
 }
 
+/// A VolumeAttachment source naming the PV `name`.
+pub(crate) fn pv_source(name: &str) -> VolumeAttachmentSource {
+    VolumeAttachmentSource {
+        persistent_volume_name: Some(name.into()),
+        inline_volume_spec: None,
+    }
+}
+
 /// The node's CSINode with an entry for each of `drivers`.
 pub(crate) fn csi_node(drivers: &[&str]) -> CSINode {
     CSINode {
