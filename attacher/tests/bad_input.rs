@@ -2,7 +2,8 @@
 //! and a Warning event, is retried with backoff, and never leaves a finalizer on a
 //! VolumeAttachment or PersistentVolume that was never attached, so deleting it is not blocked.
 //! A driver's publish context that the API server cannot store, and a driver error too long
-//! for it, are saved as attach errors too.
+//! for it, are saved as attach errors too; a publish Secret missing at detach time is a
+//! `status.detachError` until it is back.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,17 +12,20 @@ mod support;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    GCEPersistentDiskVolumeSource, NFSVolumeSource, PersistentVolumeSpec,
+    GCEPersistentDiskVolumeSource, NFSVolumeSource, PersistentVolumeSpec, Secret,
 };
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use testbed_cluster::kcm::attach_detach;
 use testbed_mock_csi::{DEFAULT_NODE_ID, Fault, Method, MockDriverConfig};
 use testbed_support::wait::eventually;
 use tonic::Code;
 
-use support::{Cluster, TIMEOUT, csi_node, has_our_finalizer, pv_source, pv_with_spec};
+use support::{
+    Cluster, PUBLISH_SECRET, TIMEOUT, csi_node, has_our_finalizer, pv_source,
+    pv_with_publish_secret, pv_with_spec,
+};
 
 /// Waits until the Warning about `name` has been recorded at least twice: the attach was
 /// retried (the event correlator counts identical events on one Event).
@@ -262,4 +266,53 @@ async fn a_driver_error_longer_than_the_api_server_accepts_is_saved_cut_short() 
     attach_detach::wait_attached(&cluster.client, &name, TIMEOUT)
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publish_secret_gone_before_detach_is_a_detach_error_until_it_is_back() {
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    cluster
+        .add_pv(pv_with_publish_secret("pv-s", "vol-s"))
+        .await;
+    cluster.create_publish_secret().await;
+    let _attacher = cluster.attacher();
+    let name = cluster.attached_pv("pv-s").await.metadata.name.unwrap();
+    Api::<Secret>::namespaced(cluster.client.clone(), "default")
+        .delete(PUBLISH_SECRET, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    cluster
+        .attachments()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let error = eventually("status.detachError", TIMEOUT, async || {
+        cluster
+            .attachments()
+            .get(&name)
+            .await
+            .ok()?
+            .status?
+            .detach_error
+    })
+    .await;
+    assert_eq!(
+        error.message.as_deref(),
+        Some(
+            r#"failed to load secret "default/publish-secret": secrets "publish-secret" not found"#
+        )
+    );
+    let warning = cluster.event_about(&name, "FailedDetachVolume").await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert!(
+        cluster.published_volume("vol-s"),
+        "not unpublished without its secrets"
+    );
+
+    cluster.create_publish_secret().await;
+    attach_detach::wait_detached(&cluster.client, &name, TIMEOUT)
+        .await
+        .unwrap();
+    assert!(!cluster.published_volume("vol-s"));
 }

@@ -9,12 +9,9 @@ mod support;
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{PersistentVolumeSpec, Secret, SecretReference};
+use k8s_openapi::api::core::v1::PersistentVolumeSpec;
 use k8s_openapi::api::storage::v1::VolumeAttachmentSource;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use proto::csi::v1::ControllerPublishVolumeRequest;
 use proto::csi::v1::volume_capability::access_mode::Mode;
 use proto::csi::v1::volume_capability::{AccessType, BlockVolume, MountVolume};
@@ -22,7 +19,8 @@ use testbed_cluster::kcm::attach_detach;
 use testbed_mock_csi::{ControllerRpc, DEFAULT_NODE_ID, Method, MockDriverConfig, MockVolume};
 
 use support::{
-    Cluster, FINALIZER, TIMEOUT, csi_source, finalizers, has_our_finalizer, pv, pv_with_spec,
+    Cluster, FINALIZER, TIMEOUT, csi_source, finalizers, has_our_finalizer, pv,
+    pv_with_publish_secret, pv_with_spec,
 };
 
 fn mode(request: &ControllerPublishVolumeRequest) -> Mode {
@@ -107,14 +105,9 @@ async fn an_inline_volume_is_published_from_its_spec_with_a_finalizer_only_on_th
 #[tokio::test(flavor = "multi_thread")]
 async fn publish_secrets_reach_publish_and_unpublish_and_a_missing_one_fails_until_it_exists() {
     let cluster = Cluster::start(MockDriverConfig::default()).await;
-    let mut with_secret = pv("pv-s", "vol-s");
-    if let Some(csi) = with_secret.spec.as_mut().and_then(|s| s.csi.as_mut()) {
-        csi.controller_publish_secret_ref = Some(SecretReference {
-            name: Some("publish-secret".into()),
-            namespace: Some("default".into()),
-        });
-    }
-    cluster.add_pv(with_secret).await;
+    cluster
+        .add_pv(pv_with_publish_secret("pv-s", "vol-s"))
+        .await;
     let _attacher = cluster.attacher();
     let name = cluster.request_attach("pv-s").await;
 
@@ -138,22 +131,7 @@ async fn publish_secrets_reach_publish_and_unpublish_and_a_missing_one_fails_unt
     );
 
     // Secrets are not watched: the retry with backoff finds it.
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("publish-secret".into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            "password".to_owned(),
-            ByteString(b"s3cret".to_vec()),
-        )])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(cluster.client.clone(), "default")
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    cluster.create_publish_secret().await;
     attach_detach::wait_attached(&cluster.client, &name, TIMEOUT)
         .await
         .unwrap();

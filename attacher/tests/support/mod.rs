@@ -17,8 +17,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, Event, PersistentVolume, PersistentVolumeSpec,
+    CSIPersistentVolumeSource, Event, PersistentVolume, PersistentVolumeSpec, Secret,
+    SecretReference,
 };
 use k8s_openapi::api::storage::v1::{
     CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment, VolumeAttachmentSource,
@@ -145,6 +147,26 @@ impl Cluster {
             .await
             .unwrap();
         name.to_owned()
+    }
+
+    /// The Secret [`pv_with_publish_secret`] names, with `password: s3cret`.
+    pub(crate) async fn create_publish_secret(&self) {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(PUBLISH_SECRET.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(
+                "password".to_owned(),
+                ByteString(b"s3cret".to_vec()),
+            )])),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(self.client.clone(), "default")
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
     }
 
     pub(crate) fn attachments(&self) -> Api<VolumeAttachment> {
@@ -298,6 +320,21 @@ pub(crate) fn pv(name: &str, handle: &str) -> PersistentVolume {
             ..Default::default()
         },
     )
+}
+
+/// The name of the publish Secret (namespace `default`).
+pub(crate) const PUBLISH_SECRET: &str = "publish-secret";
+
+/// [`pv`] with `spec.csi.controllerPublishSecretRef` = `default/publish-secret`.
+pub(crate) fn pv_with_publish_secret(name: &str, handle: &str) -> PersistentVolume {
+    let mut pv = pv(name, handle);
+    if let Some(csi) = pv.spec.as_mut().and_then(|s| s.csi.as_mut()) {
+        csi.controller_publish_secret_ref = Some(SecretReference {
+            name: Some(PUBLISH_SECRET.into()),
+            namespace: Some("default".into()),
+        });
+    }
+    pv
 }
 
 /// A 1Gi ReadWriteOnce PV with `spec` (its volume source, modes, options) on top.
