@@ -67,19 +67,58 @@ pub(crate) fn va_remove_finalizer(va: &VolumeAttachment, finalizer: &str) -> Opt
     Some(json!({ "metadata": { "finalizers": value } }))
 }
 
-/// `/status` after a successful ControllerPublishVolume.
-pub(crate) fn attached(publish_context: &std::collections::HashMap<String, String>) -> Value {
+/// kube-apiserver's `maxAttachedVolumeMetadataSize`: the keys and values of
+/// `status.attachmentMetadata` together may have at most this many bytes; a bigger status is
+/// refused with 422 Invalid.
+const MAX_ATTACHMENT_METADATA_BYTES: usize = 256 * 1024;
+
+/// kube-apiserver's `maxVolumeErrorMessageSize`: the longest `message` of `status.attachError` /
+/// `status.detachError`; a longer one makes the whole status write fail with 422 Invalid.
+const MAX_ERROR_MESSAGE_BYTES: usize = 1024;
+
+/// A publish context the API server would not store. The CSI spec makes `publish_context`
+/// opaque to the CO, so its size is the only thing that can be wrong with it; upstream sends it
+/// anyway and only logs the 422, so the VolumeAttachment shows nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the driver's publish context has {0} bytes of keys and values, more than the {MAX_ATTACHMENT_METADATA_BYTES} that status.attachmentMetadata of a VolumeAttachment can hold"
+)]
+pub(crate) struct PublishContextTooLarge(pub(crate) usize);
+
+/// `/status` after a successful ControllerPublishVolume, or the error when the API server
+/// would refuse the publish context as `attachmentMetadata` (an empty one is valid: no
+/// metadata).
+pub(crate) fn attached(
+    publish_context: &std::collections::HashMap<String, String>,
+) -> Result<Value, PublishContextTooLarge> {
+    let size: usize = publish_context.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_ATTACHMENT_METADATA_BYTES {
+        return Err(PublishContextTooLarge(size));
+    }
     let metadata = if publish_context.is_empty() {
         Value::Null
     } else {
         let sorted: std::collections::BTreeMap<_, _> = publish_context.iter().collect();
         json!(sorted)
     };
-    json!({ "status": {
+    Ok(json!({ "status": {
         "attached": true,
         "attachmentMetadata": metadata,
         "attachError": null,
-    }})
+    }}))
+}
+
+/// `message` cut to what the API server accepts in a `VolumeError`, at a character boundary
+/// (a driver's error text has no length limit in the CSI spec).
+fn error_message(message: &str) -> &str {
+    if message.len() <= MAX_ERROR_MESSAGE_BYTES {
+        return message;
+    }
+    let mut end = MAX_ERROR_MESSAGE_BYTES;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
 }
 
 /// `/status` after a successful ControllerUnpublishVolume.
@@ -100,7 +139,7 @@ pub(crate) fn trivially_attached() -> Value {
 /// errors and only with the `MutableCSINodeAllocatableCount` gate (the scheduler uses
 /// RESOURCE_EXHAUSTED to refresh the node's attach limit).
 pub(crate) fn attach_error(message: &str, time: Timestamp, error_code: Option<i32>) -> Value {
-    let mut error = json!({ "message": message, "time": time_text(time) });
+    let mut error = json!({ "message": error_message(message), "time": time_text(time) });
     if let Some(code) = error_code {
         error["errorCode"] = json!(code);
     }
@@ -109,7 +148,7 @@ pub(crate) fn attach_error(message: &str, time: Timestamp, error_code: Option<i3
 
 /// `/status` after a failed detach; detach errors never carry `errorCode` (upstream).
 pub(crate) fn detach_error(message: &str, time: Timestamp) -> Value {
-    json!({ "status": { "detachError": { "message": message, "time": time_text(time) } } })
+    json!({ "status": { "detachError": { "message": error_message(message), "time": time_text(time) } } })
 }
 
 /// Kubernetes `metav1.Time`: RFC 3339 in UTC, fractions of a second dropped (Go's
@@ -254,11 +293,15 @@ mod tests {
                 ("b".into(), "2".into()),
                 ("a".into(), "1".into())
             ])),
-            json!({"status": {"attached": true, "attachmentMetadata": {"a": "1", "b": "2"}, "attachError": null}})
+            Ok(
+                json!({"status": {"attached": true, "attachmentMetadata": {"a": "1", "b": "2"}, "attachError": null}})
+            )
         );
         assert_eq!(
             attached(&HashMap::new()),
-            json!({"status": {"attached": true, "attachmentMetadata": null, "attachError": null}})
+            Ok(
+                json!({"status": {"attached": true, "attachmentMetadata": null, "attachError": null}})
+            )
         );
         assert_eq!(
             detached(),
@@ -277,6 +320,42 @@ mod tests {
             detach_error("boom", time),
             json!({"status": {"detachError": {"message": "boom", "time": "2023-11-14T22:13:20Z"}}})
         );
+    }
+
+    #[test]
+    fn a_publish_context_is_stored_only_within_the_api_servers_limit() {
+        // kube-apiserver counts the bytes of every key and value; 256 KiB is still valid.
+        let at_limit = HashMap::from([("k".to_owned(), "v".repeat(256 * 1024 - 1))]);
+        assert!(attached(&at_limit).is_ok());
+        let over = HashMap::from([
+            ("k".to_owned(), "v".repeat(256 * 1024 - 1)),
+            ("x".to_owned(), String::new()),
+        ]);
+        assert_eq!(attached(&over), Err(PublishContextTooLarge(256 * 1024 + 1)));
+    }
+
+    #[test]
+    fn error_messages_are_cut_to_what_the_api_server_stores() {
+        let time = Timestamp::from_second(1_700_000_000).unwrap();
+        let cases = [
+            ("short", "boom".to_owned(), "boom".to_owned()),
+            ("at limit", "a".repeat(1024), "a".repeat(1024)),
+            ("over", "a".repeat(1500), "a".repeat(1024)),
+            // 'é' is two bytes: byte 1024 falls inside the 513th one.
+            ("multi-byte", "é".repeat(600), "é".repeat(512)),
+        ];
+        for (name, message, want) in cases {
+            assert_eq!(
+                attach_error(&message, time, None)["status"]["attachError"]["message"],
+                json!(want),
+                "{name}: attach"
+            );
+            assert_eq!(
+                detach_error(&message, time)["status"]["detachError"]["message"],
+                json!(want),
+                "{name}: detach"
+            );
+        }
     }
 
     #[test]

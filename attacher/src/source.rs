@@ -3,8 +3,10 @@
 //! (`csi_handler.go`, `csiAttach` / `csiDetach`) and before anything is written, so that a
 //! broken VolumeAttachment never gets a finalizer and stays deletable.
 //!
-//! In-tree volumes (CSI migration) are refused with an error that says so: translating them
-//! needs csi-translation-lib's per-plugin rules, which this attacher does not have yet.
+//! In-tree volumes that upstream would translate (CSI migration) are refused with an error that
+//! says so: translating them needs csi-translation-lib's per-plugin rules, which this attacher
+//! does not have yet. Other PersistentVolumes without `spec.csi` (NFS, host path, ...) get
+//! upstream's error for a non-CSI source.
 
 use csi_common::secrets::SecretRef;
 use k8s_openapi::api::core::v1::{
@@ -49,6 +51,10 @@ pub(crate) enum SourceError {
     PvNotFound(String),
     #[error("PersistentVolume \"{0}\" is marked for deletion")]
     PvBeingDeleted(String),
+    /// Neither CSI nor an in-tree type csi-translation-lib translates (external-attacher
+    /// `getCSISource`'s text).
+    #[error("pv spec contained non-csi source that was not migrated")]
+    NotCsi(String),
     /// Upstream would translate it with csi-translation-lib (CSI migration).
     #[error(
         "PersistentVolume \"{0}\" is an in-tree volume without a CSI source: CSI migration is not supported by this csi-attacher yet"
@@ -152,19 +158,31 @@ pub(crate) fn resolve<'a>(
             let spec = pv
                 .spec
                 .as_ref()
-                .ok_or_else(|| SourceError::InTree(name.to_owned()))?;
-            let csi = spec
-                .csi
-                .as_ref()
-                .ok_or_else(|| SourceError::InTree(name.to_owned()))?;
-            Ok(Volume { spec, csi })
+                .ok_or_else(|| SourceError::NotCsi(name.to_owned()))?;
+            match &spec.csi {
+                Some(csi) => Ok(Volume { spec, csi }),
+                None if is_migratable(spec) => Err(SourceError::InTree(name.to_owned())),
+                None => Err(SourceError::NotCsi(name.to_owned())),
+            }
         }
     }
 }
 
+/// Whether csi-translation-lib would translate the PersistentVolume's in-tree source: the
+/// plugins of the seven CSI-migration drivers (spec §1.2 step 6).
+fn is_migratable(spec: &PersistentVolumeSpec) -> bool {
+    spec.aws_elastic_block_store.is_some()
+        || spec.gce_persistent_disk.is_some()
+        || spec.azure_disk.is_some()
+        || spec.azure_file.is_some()
+        || spec.cinder.is_some()
+        || spec.vsphere_volume.is_some()
+        || spec.portworx_volume.is_some()
+}
+
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::GCEPersistentDiskVolumeSource;
+    use k8s_openapi::api::core::v1::{GCEPersistentDiskVolumeSource, NFSVolumeSource};
     use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
@@ -226,6 +244,7 @@ mod tests {
         let live = pv("pv1", csi_spec("h1"), false);
         let deleting = pv("pv1", csi_spec("h1"), true);
         let in_tree = pv("pv1", gce.clone(), false);
+
         let inline_csi = va(None, Some(csi_spec("inline")));
         let cases: Vec<(
             &str,
@@ -301,6 +320,36 @@ mod tests {
         for (name, va, pv, purpose, want) in cases {
             let got = resolve(&va, pv, purpose).map(|v| v.csi.volume_handle.as_str());
             assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_pv_without_csi_is_in_tree_only_when_csi_translation_lib_would_migrate_it() {
+        let nfs = PersistentVolumeSpec {
+            nfs: Some(NFSVolumeSource {
+                server: "nfs.example.com".into(),
+                path: "/export".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let gce = PersistentVolumeSpec {
+            gce_persistent_disk: Some(GCEPersistentDiskVolumeSource::default()),
+            ..Default::default()
+        };
+        let cases = [
+            ("NFS", nfs, SourceError::NotCsi("pv1".into())),
+            ("GCE PD", gce, SourceError::InTree("pv1".into())),
+        ];
+        let attachment = va(Some("pv1"), None);
+        for (name, spec, want) in cases {
+            let volume = pv("pv1", spec, false);
+            let got = resolve(&attachment, Some(&volume), Purpose::Attach);
+            assert_eq!(
+                got.map(|v| v.csi.volume_handle.clone()),
+                Err(want),
+                "{name}"
+            );
         }
     }
 

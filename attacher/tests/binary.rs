@@ -1,5 +1,7 @@
 //! Whole-binary tests of `csi-attacher` against the in-memory API server, the
-//! controller-manager stand-in's attach-detach helper and the mock CSI driver.
+//! controller-manager stand-in's attach-detach helper and the mock CSI driver: the attach and
+//! detach flows, errors and recovery, queues and metrics. Publish requests are in
+//! `publish.rs`, bad input in `bad_input.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,13 +13,14 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use support::*;
 use testbed_cluster::kcm::attach_detach;
 use testbed_mock_csi::{
     ControllerRpc, DEFAULT_NODE_ID, Fault, Method, MockDriverConfig, MockVolume,
 };
 use testbed_support::wait::eventually;
 use tonic::Code;
+
+use support::{BIN, Cluster, FINALIZER, TIMEOUT, free_port, has_our_finalizer, metrics, pv_source};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pv_volume_is_attached_and_detached_with_finalizers_annotations_and_events() {
@@ -85,9 +88,7 @@ async fn a_failing_driver_leaves_an_attach_error_and_a_warning_until_it_recovers
         "too many volumes on the node",
     ));
     let _attacher = cluster.attacher();
-    let name = attach_detach::attach(&cluster.client, "pv-1", DEFAULT_NODE_ID)
-        .await
-        .unwrap();
+    let name = cluster.request_attach("pv-1").await;
     let vas = Api::<VolumeAttachment>::all(cluster.client.clone());
     let error = eventually("status.attachError", TIMEOUT, async || {
         vas.get(&name).await.ok()?.status?.attach_error
@@ -128,6 +129,7 @@ async fn a_failing_driver_leaves_an_attach_error_and_a_warning_until_it_recovers
 #[tokio::test(flavor = "multi_thread")]
 async fn a_va_whose_pv_and_csinode_are_gone_still_detaches() {
     let cluster = Cluster::start(MockDriverConfig::default()).await;
+    cluster.add_volume("pv-2", "vol-2").await;
     let _attacher = cluster.attacher();
     let name = cluster.attached().await.metadata.name.unwrap();
 
@@ -149,18 +151,88 @@ async fn a_va_whose_pv_and_csinode_are_gone_still_detaches() {
         .delete(DEFAULT_NODE_ID, &DeleteParams::default())
         .await
         .unwrap();
+    // Two more attaches fail once the attacher's caches have lost the PV and the CSINode, so
+    // the detach below cannot use either.
+    let probe = cluster.create_va("va-probe", pv_source("pv-1")).await;
+    assert_eq!(
+        cluster.attach_error(&probe).await.message.as_deref(),
+        Some(r#"persistentvolume "pv-1" not found"#)
+    );
+    let other = cluster.request_attach("pv-2").await;
+    assert_eq!(
+        cluster.attach_error(&other).await.message.as_deref(),
+        Some(r#"csinode.storage.k8s.io "mock-node" not found"#)
+    );
 
-    Api::<VolumeAttachment>::all(cluster.client.clone())
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
-    attach_detach::wait_detached(&cluster.client, &name, TIMEOUT)
-        .await
-        .unwrap();
+    cluster.delete_va(&name).await;
     assert!(
         !cluster.published(),
         "unpublished with the annotated handle and node ID"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_va_whose_csinode_lost_the_driver_detaches_with_the_annotated_node_id() {
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    cluster.add_volume("pv-2", "vol-2").await;
+    let _attacher = cluster.attacher();
+    let name = cluster.attached().await.metadata.name.unwrap();
+
+    // The driver pod left the node: the kubelet drops its CSINode entry, the CSINode stays.
+    Api::<CSINode>::all(cluster.client.clone())
+        .patch(
+            DEFAULT_NODE_ID,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"drivers": []}})),
+        )
+        .await
+        .unwrap();
+    // An attach on the node fails once the attacher's cache has the change (no fallback for
+    // attach), so the detach below cannot use the old entry.
+    let other = cluster.request_attach("pv-2").await;
+    assert_eq!(
+        cluster.attach_error(&other).await.message.as_deref(),
+        Some("CSINode mock-node does not contain driver hostpath.csi.k8s.io")
+    );
+
+    cluster.detached(&name).await;
+    let unpublish = cluster.unpublish_requests();
+    assert_eq!(unpublish.len(), 1);
+    assert_eq!(unpublish[0].node_id, DEFAULT_NODE_ID, "from the annotation");
+    assert!(!cluster.published());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pv_deleted_while_attached_keeps_our_finalizer_until_its_va_is_gone() {
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    let http = free_port();
+    let _attacher = cluster.attacher_with(&[&format!("--http-endpoint={http}")]);
+    let name = cluster.attached().await.metadata.name.unwrap();
+    let pvs = cluster.volumes();
+    pvs.delete("pv-1", &DeleteParams::default()).await.unwrap();
+    // The PV sync has looked at the deleted PV (its only item so far) and kept the finalizer.
+    eventually("one PV sync done", TIMEOUT, async || {
+        metrics(http).await.filter(|body| {
+            body.contains(r#"workqueue_work_duration_seconds_count{name="csi-attacher-pv"} 1"#)
+        })
+    })
+    .await;
+    let deleting = pvs.get("pv-1").await.unwrap();
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    assert!(
+        has_our_finalizer(&deleting.metadata),
+        "the VA still needs it"
+    );
+
+    // Detach still reads the PV being deleted; then the PV sync releases it.
+    cluster.detached(&name).await;
+    assert!(!cluster.published());
+    eventually("our finalizer off the PV", TIMEOUT, async || {
+        let pv = pvs.get_opt("pv-1").await.ok()?;
+        pv.is_none_or(|pv| !has_our_finalizer(&pv.metadata))
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -301,12 +373,19 @@ async fn leader_election_backlog_and_queue_metrics_use_upstreams_names_plus_the_
     attach_detach::attach(&cluster.client, "pv-1", DEFAULT_NODE_ID)
         .await
         .unwrap();
-    let body = eventually("one attach pending in /metrics", TIMEOUT, async || {
-        metrics(http).await.filter(|body| {
-            body.contains(r#"csi_attacher_pending_operations{operation="attach"} 1"#)
-                && body.contains(r#"workqueue_retries_total{name="csi-attacher-va"}"#)
-        })
-    })
+    // Waits for the failed publish too: the pending gauge counts the VA from the informer's
+    // event on, before its first ControllerPublishVolume has answered.
+    let body = eventually(
+        "one failed attach pending in /metrics",
+        TIMEOUT,
+        async || {
+            metrics(http).await.filter(|body| {
+                body.contains(r#"csi_attacher_pending_operations{operation="attach"} 1"#)
+                    && body.contains(r#"workqueue_retries_total{name="csi-attacher-va"}"#)
+                    && body.contains(r#"grpc_status_code="Internal""#)
+            })
+        },
+    )
     .await;
     for family in [
         r#"csi_attacher_pending_operations{operation="detach"} 0"#,

@@ -13,7 +13,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::api::ListParams;
-use proto::csi::v1::ControllerPublishVolumeRequest;
 use support::{Cluster, TIMEOUT};
 use testbed_cluster::kcm::attach_detach;
 use testbed_mock_csi::{DEFAULT_NODE_ID, Fault, Method, MockDriverConfig};
@@ -59,8 +58,7 @@ async fn attached(vas: &Api<VolumeAttachment>) -> Option<BTreeSet<String>> {
 /// ControllerPublishVolume calls per volume ID.
 fn publishes(cluster: &Cluster) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
-    for call in cluster.driver.calls_of(Method::ControllerPublishVolume) {
-        let request: ControllerPublishVolumeRequest = call.decode().unwrap();
+    for request in cluster.publish_requests() {
         *counts.entry(request.volume_id).or_default() += 1;
     }
     counts

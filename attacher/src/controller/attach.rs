@@ -46,6 +46,10 @@ pub(super) enum AttachError {
     /// The driver's answer, in grpc-go's words.
     #[error(transparent)]
     Csi(#[from] CsiError),
+    /// Published, but the publish context cannot be stored; the VolumeAttachment keeps its
+    /// finalizer (the volume is attached in the backend and must be unpublished on delete).
+    #[error(transparent)]
+    PublishContext(#[from] patch::PublishContextTooLarge),
 }
 
 impl AttachError {
@@ -63,23 +67,20 @@ pub(super) async fn attach<D: AttachDriver>(ctx: &Context<D>, va: &VolumeAttachm
     let name = va.metadata.name.as_deref().unwrap_or_default();
     tracing::info!(va = name, "attaching");
     match publish(ctx, va).await {
-        Ok((publish_context, patched_version)) => {
-            let body = patch::attached(&publish_context);
-            match patch_status(ctx, name, &body).await {
-                Ok(()) => {
-                    tracing::info!(va = name, "attached");
-                    let stale = va.metadata.resource_version.iter().chain(&patched_version);
-                    ctx.settled
-                        .record(va, VaAction::Attach, stale.cloned().collect());
-                    ctx.event(va, EventType::Normal, ATTACHED, &success_message(va));
-                    Outcome::Done
-                }
-                Err(err) => {
-                    tracing::warn!(va = name, error = %err, "failed to mark as attached");
-                    Outcome::Retry
-                }
+        Ok((body, patched_version)) => match patch_status(ctx, name, &body).await {
+            Ok(()) => {
+                tracing::info!(va = name, "attached");
+                let stale = va.metadata.resource_version.iter().chain(&patched_version);
+                ctx.settled
+                    .record(va, VaAction::Attach, stale.cloned().collect());
+                ctx.event(va, EventType::Normal, ATTACHED, &success_message(va));
+                Outcome::Done
             }
-        }
+            Err(err) => {
+                tracing::warn!(va = name, error = %err, "failed to mark as attached");
+                Outcome::Retry
+            }
+        },
         Err(err) => {
             let message = err.to_string();
             tracing::warn!(va = name, error = %message, "failed to attach");
@@ -99,11 +100,12 @@ pub(super) async fn attach<D: AttachDriver>(ctx: &Context<D>, va: &VolumeAttachm
     }
 }
 
-/// Checks, finalizers, then ControllerPublishVolume.
+/// Checks, finalizers, then ControllerPublishVolume; the attached status to write and the
+/// resourceVersion of our metadata patch.
 async fn publish<D: AttachDriver>(
     ctx: &Context<D>,
     va: &VolumeAttachment,
-) -> Result<(std::collections::HashMap<String, String>, Option<String>), AttachError> {
+) -> Result<(serde_json::Value, Option<String>), AttachError> {
     let pv = source::pv_name(va).and_then(|name| ctx.stores.volume(name));
     let volume = source::resolve(va, pv.as_deref(), Purpose::Attach)?;
     let secret = volume
@@ -145,7 +147,8 @@ async fn publish<D: AttachDriver>(
             .map_err(|err| AttachError::SaveAttachment(KubeError(err)))?;
         patched_version = patched.metadata.resource_version;
     }
-    Ok((ctx.driver.publish(publish).await?, patched_version))
+    let publish_context = ctx.driver.publish(publish).await?;
+    Ok((patch::attached(&publish_context)?, patched_version))
 }
 
 /// The trivial handler: mark attached, nothing else (spec §1.4, trivial handler).

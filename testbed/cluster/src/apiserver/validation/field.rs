@@ -14,6 +14,8 @@ pub(crate) enum ErrorType {
     Forbidden,
     /// `FieldValueNotSupported`.
     NotSupported,
+    /// `FieldValueTooLong`.
+    TooLong,
 }
 
 /// One invalid field.
@@ -73,6 +75,17 @@ impl FieldError {
         }
     }
 
+    /// `field: Too long: may not be more than N bytes` (upstream `field.TooLong`, which does not
+    /// print the value).
+    pub(crate) fn too_long(field: impl Into<String>, max_bytes: usize) -> Self {
+        Self {
+            kind: ErrorType::TooLong,
+            field: field.into(),
+            value: None,
+            detail: format!("may not be more than {max_bytes} bytes"),
+        }
+    }
+
     /// `field: Unsupported value: "v": supported values: "a", "b"`.
     pub(crate) fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> Self {
         let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
@@ -90,6 +103,7 @@ impl FieldError {
             ErrorType::Invalid => "FieldValueInvalid",
             ErrorType::Forbidden => "FieldValueForbidden",
             ErrorType::NotSupported => "FieldValueNotSupported",
+            ErrorType::TooLong => "FieldValueTooLong",
         }
     }
 
@@ -98,6 +112,7 @@ impl FieldError {
         let head = match self.kind {
             ErrorType::Required => "Required value".to_owned(),
             ErrorType::Forbidden => "Forbidden".to_owned(),
+            ErrorType::TooLong => "Too long".to_owned(),
             ErrorType::Invalid => {
                 format!("Invalid value: {}", self.value.as_deref().unwrap_or("null"))
             }

@@ -43,6 +43,13 @@ const ACCESS_MODES: &[&str] = &[
 ];
 const VOLUME_MODES: &[&str] = &["Block", "Filesystem"];
 
+/// kube-apiserver `maxAttachedVolumeMetadataSize`: bytes of all keys and values of a
+/// VolumeAttachment's `status.attachmentMetadata` together.
+const MAX_ATTACHMENT_METADATA_BYTES: usize = 256 * 1024;
+/// kube-apiserver `maxVolumeErrorMessageSize`: bytes of `status.attachError.message` and
+/// `status.detachError.message`.
+const MAX_VOLUME_ERROR_MESSAGE_BYTES: usize = 1024;
+
 fn access_modes(errs: &mut Vec<FieldError>, spec: &Value, field: &str) {
     let modes = string_list(&spec["accessModes"]);
     if modes.is_empty() {
@@ -156,6 +163,7 @@ pub(crate) fn validate_object(info: &ResourceInfo, obj: &Value) -> Vec<FieldErro
                     "must specify exactly one of inlineVolumeSpec and persistentVolumeName",
                 ));
             }
+            volume_attachment_status(&mut errs, &obj["status"]);
         }
         ("storage.k8s.io", "storageclasses") => {
             required_str(&mut errs, &obj["provisioner"], "provisioner");
@@ -214,6 +222,34 @@ pub(crate) fn validate_object(info: &ResourceInfo, obj: &Value) -> Vec<FieldErro
         _ => {}
     }
     errs
+}
+
+/// Upstream `validateVolumeAttachmentStatus`: the only limits are sizes (the metadata is the
+/// driver's opaque publish context, so its keys are not checked).
+fn volume_attachment_status(errs: &mut Vec<FieldError>, status: &Value) {
+    if let Some(metadata) = status["attachmentMetadata"].as_object() {
+        let size: usize = metadata
+            .iter()
+            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+            .sum();
+        if size > MAX_ATTACHMENT_METADATA_BYTES {
+            errs.push(FieldError::too_long(
+                "status.attachmentMetadata",
+                MAX_ATTACHMENT_METADATA_BYTES,
+            ));
+        }
+    }
+    for field in ["attachError", "detachError"] {
+        if status[field]["message"]
+            .as_str()
+            .is_some_and(|m| m.len() > MAX_VOLUME_ERROR_MESSAGE_BYTES)
+        {
+            errs.push(FieldError::too_long(
+                format!("status.{field}.message"),
+                MAX_VOLUME_ERROR_MESSAGE_BYTES,
+            ));
+        }
+    }
 }
 
 /// Event checks; `obj` is in the view's own shape (fixtures m7, m8, m9).

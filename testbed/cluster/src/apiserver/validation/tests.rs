@@ -121,6 +121,26 @@ fn required_fields_of_the_kinds_sidecars_write() {
             ],
         ),
         (
+            "storage.k8s.io",
+            "volumeattachments",
+            json!({"metadata": {"name": "va"}, "spec": {"attacher": "d", "nodeName": "n", "source": {"persistentVolumeName": "pv"}},
+                   "status": {"attached": true, "attachmentMetadata": {"k": "v".repeat(256 * 1024 - 1)},
+                              "attachError": {"message": "a".repeat(1024)}}}),
+            vec![],
+        ),
+        (
+            "storage.k8s.io",
+            "volumeattachments",
+            json!({"metadata": {"name": "va"}, "spec": {"attacher": "d", "nodeName": "n", "source": {"persistentVolumeName": "pv"}},
+                   "status": {"attached": true, "attachmentMetadata": {"k": "v".repeat(256 * 1024)},
+                              "attachError": {"message": "a".repeat(1025)}, "detachError": {"message": "a".repeat(1025)}}}),
+            vec![
+                "status.attachmentMetadata: Too long: may not be more than 262144 bytes",
+                "status.attachError.message: Too long: may not be more than 1024 bytes",
+                "status.detachError.message: Too long: may not be more than 1024 bytes",
+            ],
+        ),
+        (
             "coordination.k8s.io",
             "leases",
             json!({"metadata": {"name": "l", "namespace": "ns"}, "spec": {"holderIdentity": "vm", "leaseDurationSeconds": 15}}),
