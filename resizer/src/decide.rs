@@ -283,6 +283,20 @@ pub(crate) fn update_needs_sync(old: &PersistentVolumeClaim, new: &PersistentVol
         || status(old) != status(new)
 }
 
+/// The `namespace/name` of the claim a PV with the pre-resize-capacity annotation is bound to.
+pub(crate) fn claim_of_annotated_volume(pv: &PersistentVolume) -> Option<String> {
+    pv.metadata
+        .annotations
+        .as_ref()?
+        .get(names::PRE_RESIZE_CAPACITY)?;
+    let claim = pv.spec.as_ref()?.claim_ref.as_ref()?;
+    Some(format!(
+        "{}/{}",
+        claim.namespace.as_deref()?,
+        claim.name.as_deref()?
+    ))
+}
+
 /// Whether the PV's pre-resize-capacity annotation can go: node expansion is complete
 /// (`pvc.status.capacity >= pv.spec.capacity`) and the annotation is there (spec §2.4 step 2).
 pub(crate) fn pre_resize_annotation_done(

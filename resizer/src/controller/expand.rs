@@ -24,9 +24,10 @@ use crate::{patch, request, transition};
 
 /// Syncs the claim `key` (`namespace/name`).
 pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcome {
-    let Some(pvc) = ctx.stores.claim(key) else {
+    let Some(cached) = ctx.stores.claim(key) else {
         return Outcome::Done;
     };
+    let pvc = ctx.state.claim(key, cached);
     let pv = decide::bound_volume(&pvc).and_then(|name| ctx.stores.volume(name));
     if ctx.settings.annotate_fs_resize
         && let Some(pv) = &pv
@@ -303,7 +304,14 @@ async fn write_status<D>(
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
         .await
     {
-        Ok(written) => Ok(written),
+        Ok(written) => {
+            let key = format!(
+                "{}/{name}",
+                old.metadata.namespace.as_deref().unwrap_or_default()
+            );
+            ctx.state.set_claim(&key, written.clone());
+            Ok(written)
+        }
         Err(kube::Error::Api(status)) if status.code == 409 => {
             tracing::debug!(pvc = name, "conflict writing the claim status: retrying");
             Err(Outcome::Retry)

@@ -88,11 +88,13 @@ pub(crate) fn stores(client: &Client) -> (Stores, Vec<InformerTask>, StoreHandle
             move |change: Change<'_, PersistentVolumeClaim>| handlers.claim(&change)
         },
     );
-    // PV events queue nothing (as upstream): the cache only answers the claim syncs.
     let (volumes, pv_task) = informer::informer(
         kube::Api::all(client.clone()),
         |pv: &mut PersistentVolume| informer::trim_managed_fields(&mut pv.metadata),
-        |_: Change<'_, PersistentVolume>| {},
+        {
+            let handlers = handlers.clone();
+            move |change: Change<'_, PersistentVolume>| handlers.volume(&change)
+        },
     );
     (
         Stores { claims, volumes },
@@ -121,6 +123,25 @@ struct Routing {
 impl StoreHandlers {
     fn connect(&self, routing: Routing) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(routing));
+    }
+
+    /// Not upstream (whose PV informer has no handlers): a PV carrying the pre-resize-capacity
+    /// annotation queues its claim, so the annotation goes even when kubelet finished the
+    /// claim before this cache saw the annotation being added.
+    fn volume(&self, change: &Change<'_, PersistentVolume>) {
+        let Some(routing) = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        else {
+            return;
+        };
+        if let Change::Applied { new, .. } = *change
+            && let Some(key) = decide::claim_of_annotated_volume(new)
+        {
+            routing.queue.add(key);
+        }
     }
 
     /// add → queue; update → queue if [`decide::update_needs_sync`]; delete → forget its

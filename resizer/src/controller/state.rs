@@ -1,12 +1,14 @@
 //! What the resize controller remembers between syncs of a claim, in memory only (as upstream):
 //! the claims whose last call ended with a final error, the slow set of infeasible sizes
-//! (csi-lib-utils `slowset`, spec §5.6), and the PV sizes this process wrote, so a sync that
-//! runs before the PV watch delivers our own write does not expand again.
+//! (csi-lib-utils `slowset`, spec §5.6), and the claims and PV sizes this process wrote, so a
+//! sync that runs before the watch delivers our own write does not act on the older copy
+//! (upstream updates its informer cache in place after each write for the same reason).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use tokio::time::Instant;
 
 /// Per-claim memory, keyed `namespace/name`.
@@ -21,6 +23,14 @@ struct Inner {
     final_errors: HashSet<String>,
     slow: HashMap<String, Instant>,
     written: HashMap<String, i64>,
+    claims: HashMap<String, Arc<PersistentVolumeClaim>>,
+}
+
+/// A resourceVersion as a number, to tell which of two copies is newer. Kubernetes calls them
+/// opaque, but etcd's (and the in-memory API server's) are increasing integers; when either
+/// does not parse, the cache wins.
+fn version(pvc: &PersistentVolumeClaim) -> Option<u64> {
+    pvc.metadata.resource_version.as_deref()?.parse().ok()
 }
 
 impl State {
@@ -80,6 +90,30 @@ impl State {
         remaining
     }
 
+    /// The newer of the cached claim and the one this process last wrote.
+    pub(crate) fn claim(
+        &self,
+        key: &str,
+        cached: Arc<PersistentVolumeClaim>,
+    ) -> Arc<PersistentVolumeClaim> {
+        let mut inner = self.lock();
+        let Some(written) = inner.claims.get(key) else {
+            return cached;
+        };
+        match (version(written), version(&cached)) {
+            (Some(ours), Some(theirs)) if ours > theirs => Arc::clone(written),
+            _ => {
+                inner.claims.remove(key);
+                cached
+            }
+        }
+    }
+
+    /// Remembers the claim as this process wrote it.
+    pub(crate) fn set_claim(&self, key: &str, pvc: PersistentVolumeClaim) {
+        self.lock().claims.insert(key.to_owned(), Arc::new(pvc));
+    }
+
     /// The PV size we last wrote for `pv`, if any.
     pub(crate) fn written(&self, pv: &str) -> Option<i64> {
         self.lock().written.get(pv).copied()
@@ -95,6 +129,7 @@ impl State {
         let mut inner = self.lock();
         inner.final_errors.remove(key);
         inner.slow.remove(key);
+        inner.claims.remove(key);
         if let Some(pv) = pv {
             inner.written.remove(pv);
         }
@@ -134,6 +169,23 @@ mod tests {
         state.record("ns/a", Some(true));
         state.record("ns/a", None);
         assert!(!state.final_error("ns/a"));
+        let claim = |rv: &str| {
+            let mut pvc = PersistentVolumeClaim::default();
+            pvc.metadata.resource_version = Some(rv.to_owned());
+            Arc::new(pvc)
+        };
+        // Our write is newer than the cache: ours; once the cache catches up: the cache's.
+        state.set_claim("ns/a", (*claim("12")).clone());
+        let seen = |cached: &str| {
+            state
+                .claim("ns/a", claim(cached))
+                .metadata
+                .resource_version
+                .clone()
+        };
+        assert_eq!(seen("11").as_deref(), Some("12"));
+        assert_eq!(seen("13").as_deref(), Some("13"));
+        assert_eq!(seen("11").as_deref(), Some("11"));
         state.set_written("pv", 5);
         assert_eq!(state.written("pv"), Some(5));
         state.record("ns/a", Some(true));

@@ -394,6 +394,11 @@ fn pre_resize_annotation_goes_once_node_expansion_is_complete() {
         })
     };
     assert!(pre_resize_annotation_done(&pvc(), &annotated("1Gi")));
+    assert_eq!(
+        claim_of_annotated_volume(&annotated("1Gi")).as_deref(),
+        Some("ns/data")
+    );
+    assert_eq!(claim_of_annotated_volume(&pv()), None);
     assert!(!pre_resize_annotation_done(&pvc(), &annotated("2Gi")));
     assert!(!pre_resize_annotation_done(&pvc(), &pv()));
 }
