@@ -460,6 +460,20 @@ async fn an_infeasible_size_waits_in_the_slow_set_until_the_user_lowers_the_requ
     assert_eq!(failed.type_.as_deref(), Some("Warning"));
     assert!(failed.message.unwrap().contains("code = OutOfRange"));
 
+    // As kube-apiserver: not down to status.capacity (Kubernetes does not shrink volumes).
+    let refused = cluster
+        .claims()
+        .patch(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": "1Gi"}}}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, kube::Error::Api(s) if s.code == 422 && s.message.contains("can not be less than status.capacity")),
+        "{refused}"
+    );
     cluster.request("3Gi").await;
     let claim = cluster.capacity_reaches("3Gi").await;
     assert_eq!(allocated(&claim).as_deref(), Some("3Gi"));

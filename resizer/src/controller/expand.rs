@@ -162,13 +162,7 @@ async fn expand<D: ExpandDriver>(
     };
     let request = request::expand(spec, csi, target, secrets, &ctx.settings.capabilities)?;
     let expanded = ctx.driver.expand(request).await.map_err(ExpandError::Csi)?;
-    if expanded.capacity < target {
-        return Err(ExpandError::CapacityTooSmall {
-            got: expanded.capacity,
-            want: target,
-        });
-    }
-    Ok(expanded)
+    expanded.at_least(target)
 }
 
 /// Step 9: PV capacity (and the pre-resize annotation), then the claim's status and event.
