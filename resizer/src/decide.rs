@@ -299,15 +299,23 @@ pub(crate) fn claim_of_annotated_volume(pv: &PersistentVolume) -> Option<String>
 
 /// Whether the PV's pre-resize-capacity annotation can go: node expansion is complete
 /// (`pvc.status.capacity >= pv.spec.capacity`) and the annotation is there (spec §2.4 step 2).
+/// Only on this driver's PVs: another driver's resizer owns its own.
 pub(crate) fn pre_resize_annotation_done(
     pvc: &PersistentVolumeClaim,
     pv: &PersistentVolume,
+    driver: &str,
 ) -> bool {
-    let has = pv
-        .metadata
-        .annotations
+    let ours = pv
+        .spec
         .as_ref()
-        .is_some_and(|a| a.contains_key(names::PRE_RESIZE_CAPACITY));
+        .and_then(|s| s.csi.as_ref())
+        .is_some_and(|csi| csi.driver == driver);
+    let has = ours
+        && pv
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(names::PRE_RESIZE_CAPACITY));
     let parse = |q: Option<&str>| q.and_then(|q| quantity::parse_bytes(q).ok());
     let capacity = parse(storage(
         pvc.status.as_ref().and_then(|s| s.capacity.as_ref()),

@@ -65,18 +65,37 @@ impl Cluster {
         )
         .await
         .unwrap();
-        driver.insert_volume(MockVolume::new("vol-1", GI));
-        let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default");
-        let claim = claims.create(&PostParams::default(), &pvc()).await.unwrap();
-        let mut volume = pv(claim.metadata.uid.clone().unwrap());
+        let cluster = Self {
+            _server: server,
+            _listening: listening,
+            client,
+            driver,
+            kubeconfig,
+            dir,
+        };
+        cluster.add_claim(1, pv_change).await;
+        cluster
+    }
+
+    /// Claim `data` (n = 1) or `data-<n>`, bound to PV `pv-<n>` of volume `vol-<n>` (1Gi).
+    async fn add_claim(&self, n: usize, pv_change: impl FnOnce(&mut PersistentVolume)) {
+        let name = claim_name(n);
+        self.driver
+            .insert_volume(MockVolume::new(format!("vol-{n}"), GI));
+        let claim = self
+            .claims()
+            .create(&PostParams::default(), &pvc(&name, n))
+            .await
+            .unwrap();
+        let mut volume = pv(&name, n, claim.metadata.uid.clone().unwrap());
         pv_change(&mut volume);
-        Api::<PersistentVolume>::all(client.clone())
+        Api::<PersistentVolume>::all(self.client.clone())
             .create(&PostParams::default(), &volume)
             .await
             .unwrap();
-        claims
+        self.claims()
             .patch_status(
-                "data",
+                &name,
                 &PatchParams::default(),
                 &Patch::Merge(
                     json!({"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}}),
@@ -84,14 +103,6 @@ impl Cluster {
             )
             .await
             .unwrap();
-        Self {
-            _server: server,
-            _listening: listening,
-            client,
-            driver,
-            kubeconfig,
-            dir,
-        }
     }
 
     fn resizer(&self, extra: &[&str]) -> ChildProcess {
@@ -118,9 +129,13 @@ impl Cluster {
     }
 
     async fn request(&self, size: &str) {
+        self.request_of("data", size).await;
+    }
+
+    async fn request_of(&self, name: &str, size: &str) {
         self.claims()
             .patch(
-                "data",
+                name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": size}}}})),
             )
@@ -197,16 +212,24 @@ fn storage(size: &str) -> BTreeMap<String, Quantity> {
     BTreeMap::from([("storage".into(), Quantity(size.into()))])
 }
 
-fn pvc() -> PersistentVolumeClaim {
+fn claim_name(n: usize) -> String {
+    if n == 1 {
+        "data".to_owned()
+    } else {
+        format!("data-{n}")
+    }
+}
+
+fn pvc(name: &str, n: usize) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
-            name: Some("data".into()),
+            name: Some(name.into()),
             namespace: Some("default".into()),
             ..Default::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".into()]),
-            volume_name: Some("pv-1".into()),
+            volume_name: Some(format!("pv-{n}")),
             resources: Some(VolumeResourceRequirements {
                 requests: Some(storage("1Gi")),
                 ..Default::default()
@@ -217,17 +240,17 @@ fn pvc() -> PersistentVolumeClaim {
     }
 }
 
-fn pv(claim_uid: String) -> PersistentVolume {
+fn pv(claim: &str, n: usize, claim_uid: String) -> PersistentVolume {
     PersistentVolume {
         metadata: ObjectMeta {
-            name: Some("pv-1".into()),
+            name: Some(format!("pv-{n}")),
             ..Default::default()
         },
         spec: Some(PersistentVolumeSpec {
             access_modes: Some(vec!["ReadWriteOnce".into()]),
             csi: Some(CSIPersistentVolumeSource {
                 driver: DRIVER.into(),
-                volume_handle: "vol-1".into(),
+                volume_handle: format!("vol-{n}"),
                 fs_type: Some("ext4".into()),
                 ..Default::default()
             }),
@@ -235,7 +258,7 @@ fn pv(claim_uid: String) -> PersistentVolume {
             claim_ref: Some(ObjectReference {
                 kind: Some("PersistentVolumeClaim".into()),
                 namespace: Some("default".into()),
-                name: Some("data".into()),
+                name: Some(claim.into()),
                 uid: Some(claim_uid),
                 ..Default::default()
             }),
@@ -725,4 +748,78 @@ async fn a_driver_that_cannot_expand_is_fatal() {
             .log_text()
             .contains("neither supports controller resize nor modify")
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_in_tree_volume_delegated_to_the_driver_gets_a_clear_event() {
+    let cluster = Cluster::start_with_pv(no_node_expansion(), |pv| {
+        let spec = pv.spec.as_mut().unwrap();
+        spec.csi = None;
+        spec.host_path = Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+            path: "/data".into(),
+            ..Default::default()
+        });
+    })
+    .await;
+    cluster
+        .claims()
+        .patch(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "volume.kubernetes.io/storage-resizer": DRIVER,
+            }}})),
+        )
+        .await
+        .unwrap();
+    let _resizer = cluster.resizer(&[]);
+    cluster.request("2Gi").await;
+    let failed = cluster.event("VolumeResizeFailed").await;
+    assert_eq!(
+        failed.message.as_deref(),
+        Some(
+            "expanding in-tree volume \"pv-1\" through CSI migration is not supported yet by this csi-resizer"
+        )
+    );
+    assert_eq!(cluster.driver.call_count(Method::ControllerExpandVolume), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hundred_claims_grown_at_once_all_reach_their_size() {
+    const CLAIMS: usize = 100;
+    let cluster = Cluster::start(no_node_expansion()).await;
+    for n in 2..=CLAIMS {
+        cluster.add_claim(n, |_| {}).await;
+    }
+    let _resizer = cluster.resizer(&["--kube-api-qps=200", "--kube-api-burst=400"]);
+    for n in 1..=CLAIMS {
+        cluster.request_of(&claim_name(n), "2Gi").await;
+    }
+    eventually("every claim at 2Gi", Duration::from_mins(1), async || {
+        let claims = cluster.claims().list(&ListParams::default()).await.ok()?;
+        let done = claims
+            .items
+            .iter()
+            .filter(|c| capacity(c).as_deref() == Some("2Gi"))
+            .count();
+        (done == CLAIMS).then_some(())
+    })
+    .await;
+    for n in 1..=CLAIMS {
+        assert_eq!(
+            cluster
+                .driver
+                .volume(&format!("vol-{n}"))
+                .unwrap()
+                .capacity_bytes,
+            2 * GI
+        );
+    }
+    // One expansion per claim: no stale copy made a second call.
+    assert_eq!(cluster.expand_requests().len(), CLAIMS);
+    // The events are written in the background after the claims.
+    eventually("a VolumeResizeSuccessful per claim", TIMEOUT, async || {
+        (cluster.events("VolumeResizeSuccessful").await.len() == CLAIMS).then_some(())
+    })
+    .await;
 }

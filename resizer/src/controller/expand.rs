@@ -31,7 +31,7 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
     let pv = decide::bound_volume(&pvc).and_then(|name| ctx.stores.volume(name));
     if ctx.settings.annotate_fs_resize
         && let Some(pv) = &pv
-        && decide::pre_resize_annotation_done(&pvc, pv)
+        && decide::pre_resize_annotation_done(&pvc, pv, &ctx.settings.driver)
         && let Err(err) = patch_volume(ctx, pv, patch::pv_remove_pre_resize_capacity()).await
     {
         tracing::warn!(

@@ -393,12 +393,25 @@ fn pre_resize_annotation_goes_once_node_expansion_is_complete() {
             v.spec.as_mut().unwrap().capacity = Some(q(size));
         })
     };
-    assert!(pre_resize_annotation_done(&pvc(), &annotated("1Gi")));
+    assert!(pre_resize_annotation_done(
+        &pvc(),
+        &annotated("1Gi"),
+        DRIVER
+    ));
+    assert!(!pre_resize_annotation_done(
+        &pvc(),
+        &annotated("1Gi"),
+        "other.driver"
+    ));
     assert_eq!(
         claim_of_annotated_volume(&annotated("1Gi")).as_deref(),
         Some("ns/data")
     );
     assert_eq!(claim_of_annotated_volume(&pv()), None);
-    assert!(!pre_resize_annotation_done(&pvc(), &annotated("2Gi")));
-    assert!(!pre_resize_annotation_done(&pvc(), &pv()));
+    assert!(!pre_resize_annotation_done(
+        &pvc(),
+        &annotated("2Gi"),
+        DRIVER
+    ));
+    assert!(!pre_resize_annotation_done(&pvc(), &pv(), DRIVER));
 }
