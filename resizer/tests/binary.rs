@@ -823,3 +823,19 @@ async fn a_hundred_claims_grown_at_once_all_reach_their_size() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn losing_the_driver_connection_exits_1_with_the_termination_message_text() {
+    let cluster = Cluster::start(no_node_expansion()).await;
+    let mut resizer = cluster.resizer(&[]);
+    cluster.request("2Gi").await;
+    cluster.capacity_reaches("2Gi").await;
+    cluster.driver.stop().await.unwrap();
+    let status = resizer.wait_exit(TIMEOUT).await.unwrap();
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        resizer
+            .log_text()
+            .contains("Lost connection to CSI driver, exiting")
+    );
+}

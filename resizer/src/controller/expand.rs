@@ -48,7 +48,7 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
     let Some(pv) = pv else {
         return Outcome::Retry;
     };
-    let pv_name = pv.name_or_empty();
+    let pv_name = name(&pv);
     if let Some(written) = ctx.state.written(pv_name) {
         claim.pv = claim.pv.max(written);
     }
@@ -103,14 +103,9 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
     }
 }
 
-trait NameOrEmpty {
-    fn name_or_empty(&self) -> &str;
-}
-
-impl NameOrEmpty for PersistentVolume {
-    fn name_or_empty(&self) -> &str {
-        self.metadata.name.as_deref().unwrap_or_default()
-    }
+/// The PV's name (cached objects always have one).
+fn name(pv: &PersistentVolume) -> &str {
+    pv.metadata.name.as_deref().unwrap_or_default()
 }
 
 fn skipped<D>(ctx: &Context<D>, pvc: &PersistentVolumeClaim, key: &str, skip: &Skip) -> Outcome {
@@ -207,13 +202,13 @@ async fn succeeded<D: ExpandDriver>(
             reason::VOLUME_RESIZE_FAILED,
             format!(
                 "error updating PV {} capacity: {}",
-                go_quote(pv.name_or_empty()),
+                go_quote(name(pv)),
                 error_chain(&err)
             ),
         );
         return Outcome::Retry;
     }
-    ctx.state.set_written(pv.name_or_empty(), expanded.capacity);
+    ctx.state.set_written(name(pv), expanded.capacity);
     let (next, reason, message) = if expanded.node_expansion_required {
         (
             transition::node_pending(current, Timestamp::now()),
@@ -327,11 +322,7 @@ async fn patch_volume<D>(
     body: serde_json::Value,
 ) -> Result<Arc<PersistentVolume>, kube::Error> {
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    api.patch(
-        pv.name_or_empty(),
-        &PatchParams::default(),
-        &Patch::Strategic(body),
-    )
-    .await
-    .map(Arc::new)
+    api.patch(name(pv), &PatchParams::default(), &Patch::Strategic(body))
+        .await
+        .map(Arc::new)
 }
