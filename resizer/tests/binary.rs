@@ -175,6 +175,14 @@ impl Cluster {
         .await
     }
 
+    /// The claim once it has a `ControllerResizeError` condition.
+    async fn controller_resize_error(&self) -> PersistentVolumeClaim {
+        self.claim_when("ControllerResizeError", |c| {
+            condition_types(c).contains(&"ControllerResizeError".to_owned())
+        })
+        .await
+    }
+
     /// The claim once `allocatedResourceStatuses.storage` = `status`.
     async fn resize_status_reaches(&self, status: &str) -> PersistentVolumeClaim {
         self.claim_when(status, |c| resize_status(c).as_deref() == Some(status))
@@ -197,6 +205,12 @@ impl Cluster {
             self.events(reason).await.into_iter().next()
         })
         .await
+    }
+
+    /// Every ControllerExpandVolume fails with `code` until the faults are cleared.
+    fn fail_expansions(&self, code: Code, message: &str) {
+        self.driver
+            .inject(Fault::error(Method::ControllerExpandVolume, code, message));
     }
 
     fn expand_requests(&self) -> Vec<i64> {
@@ -513,11 +527,7 @@ async fn an_infeasible_size_waits_in_the_slow_set_until_the_user_lowers_the_requ
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_transient_error_the_allocated_size_is_kept_even_if_the_request_drops() {
     let cluster = Cluster::start(no_node_expansion()).await;
-    cluster.driver.inject(Fault::error(
-        Method::ControllerExpandVolume,
-        Code::DeadlineExceeded,
-        "context deadline exceeded",
-    ));
+    cluster.fail_expansions(Code::DeadlineExceeded, "context deadline exceeded");
     let _resizer = cluster.resizer(&[]);
     cluster.request("3Gi").await;
     let failed = cluster.event("VolumeResizeFailed").await;
@@ -595,11 +605,7 @@ async fn a_missing_expand_secret_is_a_condition_and_an_event() {
     .await;
     let _resizer = cluster.resizer(&[]);
     cluster.request("2Gi").await;
-    let claim = cluster
-        .claim_when("ControllerResizeError", |c| {
-            condition_types(c).contains(&"ControllerResizeError".to_owned())
-        })
-        .await;
+    let claim = cluster.controller_resize_error().await;
     let message = condition_message(&claim, "ControllerResizeError").unwrap();
     assert!(
         message.contains("error getting secret expand-secret in namespace default"),
@@ -838,4 +844,40 @@ async fn losing_the_driver_connection_exits_1_with_the_termination_message_text(
             .log_text()
             .contains("Lost connection to CSI driver, exiting")
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_final_error_lowering_the_request_changes_the_target() {
+    let cluster = Cluster::start(no_node_expansion()).await;
+    cluster.fail_expansions(Code::Internal, "backend refused");
+    let _resizer = cluster.resizer(&[]);
+    cluster.request("10Gi").await;
+    let claim = cluster.controller_resize_error().await;
+    // Final but not infeasible: the status stays in progress, no slow set.
+    assert_eq!(
+        resize_status(&claim).as_deref(),
+        Some("ControllerResizeInProgress")
+    );
+    assert!(
+        condition_message(&claim, "ControllerResizeError")
+            .unwrap()
+            .contains("code = Internal desc = backend refused")
+    );
+
+    // The driver stopped working on 10Gi, so the user's lower request is the new target.
+    cluster.request("3Gi").await;
+    eventually("an attempt at 3Gi", TIMEOUT, async || {
+        cluster.expand_requests().contains(&(3 * GI)).then_some(())
+    })
+    .await;
+    // Only now may an attempt succeed: before, a sync from a cache that has not seen the
+    // lowered request yet may still (rightly) try 10Gi.
+    cluster.driver.clear_faults();
+    let claim = cluster.capacity_reaches("3Gi").await;
+    assert_eq!(allocated(&claim).as_deref(), Some("3Gi"));
+    assert!(condition_types(&claim).is_empty());
+    let sizes = cluster.expand_requests();
+    let first = sizes.iter().position(|s| *s == 3 * GI).unwrap();
+    assert!(sizes[..first].iter().all(|s| *s == 10 * GI), "{sizes:?}");
+    assert!(sizes[first..].iter().all(|s| *s == 3 * GI), "{sizes:?}");
 }
