@@ -2,11 +2,12 @@
 //! sidecars.md §2.1 and §5.1) and their validation into a [`Config`].
 //!
 //! Every upstream flag parses. A value that would turn on a feature this resizer does not
-//! implement yet (the legacy flow with `RecoverVolumeExpansionFailure=false`, the modify
-//! controller through `VolumeAttributesClass=true` or `--extra-modify-metadata=true`) is
-//! refused with [`ConfigError::Unsupported`] (exit 2), so a manifest never runs with a feature
-//! silently missing. A driver that can modify volumes while the `VolumeAttributesClass` gate is
-//! left at its default is refused at start-up (see `crate::mode`).
+//! implement yet (the legacy flow with `RecoverVolumeExpansionFailure=false`, the metadata of
+//! the modify controller with `--extra-modify-metadata=true`) is refused with
+//! [`ConfigError::Unsupported`] (exit 2), so a manifest never runs with a feature silently
+//! missing. The modify controller itself runs upstream only for a driver with MODIFY_VOLUME, so
+//! the `VolumeAttributesClass` gate is checked against the driver at start-up (`crate::mode`):
+//! such a driver is refused unless the gate is `false`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -221,12 +222,6 @@ fn refuse_unsupported(args: &Args, gates: Gates) -> Result<(), ConfigError> {
         return unsupported(
             "--feature-gates=RecoverVolumeExpansionFailure=false",
             "the legacy expansion flow",
-        );
-    }
-    if gates.volume_attributes_class == Some(true) {
-        return unsupported(
-            "--feature-gates=VolumeAttributesClass=true",
-            "VolumeAttributesClass modification (the modify controller)",
         );
     }
     if args.extra_modify_metadata {

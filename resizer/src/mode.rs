@@ -130,7 +130,7 @@ mod tests {
     #[test]
     fn the_capability_matrix_matches_upstream() {
         use Ctrl::{ExpandVolume, ModifyVolume};
-        let cases: [Case; 9] = [
+        let cases: [Case; 11] = [
             (true, &[ExpandVolume], None, Some(false), Ok(Resizer::Csi)),
             (true, &[ExpandVolume], None, None, Ok(Resizer::Csi)),
             (true, &[], Some(true), None, Ok(Resizer::Trivial)),
@@ -169,6 +169,14 @@ mod tests {
                 Some(false),
                 Ok(Resizer::Csi),
             ),
+            (
+                true,
+                &[ExpandVolume, ModifyVolume],
+                None,
+                Some(true),
+                Err(ModeError::ModifyNotSupportedYet),
+            ),
+            (true, &[ExpandVolume], None, Some(true), Ok(Resizer::Csi)),
             (
                 true,
                 &[ModifyVolume],

@@ -728,10 +728,12 @@ async fn a_driver_that_can_modify_is_refused_until_the_gate_is_turned_off() {
         .controller_capabilities
         .push(ControllerRpc::ModifyVolume);
     let cluster = Cluster::start(config).await;
-    let mut refused = cluster.resizer(&[]);
-    let status = refused.wait_exit(TIMEOUT).await.unwrap();
-    assert_eq!(status.code(), Some(2));
-    assert!(refused.log_text().contains("VolumeAttributesClass=false"));
+    for gate in [&[][..], &["--feature-gates=VolumeAttributesClass=true"]] {
+        let mut refused = cluster.resizer(gate);
+        let status = refused.wait_exit(TIMEOUT).await.unwrap();
+        assert_eq!(status.code(), Some(2), "{gate:?}");
+        assert!(refused.log_text().contains("VolumeAttributesClass=false"));
+    }
 
     let _resizer = cluster.resizer(&["--feature-gates=VolumeAttributesClass=false"]);
     cluster.request("2Gi").await;

@@ -81,7 +81,7 @@ fn go_style_values_are_accepted() {
 
 #[test]
 fn feature_gates_follow_component_base() {
-    let cases: [(&[&str], Gates, usize); 5] = [
+    let cases: [(&[&str], Gates, usize); 6] = [
         (
             &["--feature-gates=AnnotateFsResize=false"],
             Gates {
@@ -128,6 +128,17 @@ fn feature_gates_follow_component_base() {
             0,
         ),
         (
+            // Accepted here; refused at start-up only for a driver that can modify.
+            &["--feature-gates=VolumeAttributesClass=true"],
+            Gates {
+                annotate_fs_resize: true,
+                recover_volume_expansion_failure: true,
+                volume_attributes_class: Some(true),
+                release_leader_election_on_exit: false,
+            },
+            0,
+        ),
+        (
             &["--feature-gates=SomeApiserverGate=true"],
             Gates {
                 annotate_fs_resize: true,
@@ -154,7 +165,6 @@ fn features_not_implemented_yet_are_refused_with_exit_2() {
             &["--feature-gates=RecoverVolumeExpansionFailure=false"][..],
             "legacy",
         ),
-        (&["--feature-gates=VolumeAttributesClass=true"], "modify"),
         (&["--extra-modify-metadata"], "modify"),
         (&["--extra-modify-metadata=true"], "modify"),
     ] {
