@@ -29,7 +29,8 @@ pub use csi_common::sidecar::Environment;
 use crate::args::Config;
 use crate::controller::{Deps, Settings};
 use crate::csi::TonicDriver;
-use crate::mode::{DriverCaps, ModeError};
+use crate::mode::DriverCaps;
+pub use crate::mode::ModeError;
 
 /// Why [`run`] ended; [`RunError::exit_code`] gives the exit code.
 #[derive(Debug, thiserror::Error)]
@@ -40,9 +41,9 @@ pub enum RunError {
     /// NodeGetCapabilities failed.
     #[error("cannot read the CSI driver's node capabilities")]
     NodeCapabilities(#[source] csi_common::identity::Error),
-    /// The driver cannot be served (see the message), or needs what is not implemented yet.
-    #[error("{0}")]
-    Mode(String, u8),
+    /// The driver cannot be served, or needs what is not implemented yet.
+    #[error(transparent)]
+    Mode(#[from] ModeError),
     /// A controller worker stopped unexpectedly.
     #[error("controllers failed")]
     Controller(#[source] csi_common::controller::Error),
@@ -63,15 +64,9 @@ impl RunError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Sidecar(err) => err.exit_code(1),
-            Self::Mode(_, code) => *code,
+            Self::Mode(err) => err.exit_code(),
             Self::NodeCapabilities(_) | Self::Controller(_) => 1,
         }
-    }
-}
-
-impl From<ModeError> for RunError {
-    fn from(err: ModeError) -> Self {
-        Self::Mode(err.to_string(), err.exit_code())
     }
 }
 

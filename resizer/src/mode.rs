@@ -15,7 +15,7 @@ pub(crate) enum Resizer {
 
 /// Why the resizer cannot run with this driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ModeError {
+pub enum ModeError {
     /// Upstream's first check: every resizer needs CONTROLLER_SERVICE.
     #[error("CSI driver does not support controller service")]
     NoControllerService,
@@ -34,7 +34,7 @@ pub(crate) enum ModeError {
 impl ModeError {
     /// Exit code: 2 for a feature not implemented yet (as for flags), 1 for upstream's fatal
     /// errors.
-    pub(crate) fn exit_code(self) -> u8 {
+    pub fn exit_code(self) -> u8 {
         match self {
             Self::ModifyNotSupportedYet => 2,
             Self::NoControllerService | Self::NeitherResizeNorModify => 1,
