@@ -275,3 +275,6 @@ async fn resync_loop(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
