@@ -38,6 +38,11 @@ impl Quantity {
     pub(crate) fn is_positive(&self) -> bool {
         !self.negative && !self.zero
     }
+
+    /// Strictly less than zero.
+    pub(crate) fn is_negative(&self) -> bool {
+        self.negative && !self.zero
+    }
 }
 
 /// Parse a quantity string.

@@ -279,6 +279,96 @@ fn validate_event(info: &ResourceInfo, obj: &Value, errs: &mut Vec<FieldError>) 
     }
 }
 
+/// The claim resize statuses kube-apiserver accepts (core/v1 `ClaimResourceStatus`).
+const CLAIM_RESOURCE_STATUSES: &[&str] = &[
+    "ControllerResizeInProgress",
+    "ControllerResizeInfeasible",
+    "NodeResizeInProgress",
+    "NodeResizeInfeasible",
+    "NodeResizePending",
+];
+
+/// kube-apiserver `ValidatePersistentVolumeClaimUpdate` with RecoverVolumeExpansionFailure
+/// (GA, on): a request may be lowered (to recover from a failed expansion) but must stay above
+/// the old `status.capacity` ("field can not be less than status.capacity", checked with
+/// `newSize.Cmp(statusSize) <= 0`, so equal is refused too).
+fn pvc_request_not_below_capacity(errs: &mut Vec<FieldError>, old: &Value, new: &Value) {
+    let size = |v: &Value| {
+        v.as_str()
+            .and_then(|q| quantity::parse(q).ok())
+            .map(|q| q.value)
+    };
+    let new_size = size(&new["spec"]["resources"]["requests"]["storage"]);
+    let old_size = size(&old["spec"]["resources"]["requests"]["storage"]);
+    let status_size = size(&old["status"]["capacity"]["storage"]);
+    if let (Some(new_size), Some(old_size), Some(status_size)) = (new_size, old_size, status_size)
+        && new_size < old_size
+        && new_size <= status_size
+    {
+        errs.push(FieldError::forbidden(
+            "spec.resources.requests.storage",
+            "field can not be less than status.capacity",
+        ));
+    }
+}
+
+/// kube-apiserver `ValidatePersistentVolumeClaimStatusUpdate`: `allocatedResources` and
+/// `allocatedResourceStatuses` take only the `storage` key, the first a quantity not below
+/// zero, the second one of [`CLAIM_RESOURCE_STATUSES`].
+fn pvc_allocated_status(errs: &mut Vec<FieldError>, status: &Value) {
+    storage_key_only(
+        errs,
+        &status["allocatedResources"],
+        "status.allocatedResources",
+        |v| {
+            let q = v.as_str().unwrap_or_default();
+            match quantity::parse(q) {
+                Ok(parsed) if !parsed.is_negative() => None,
+                _ => Some((q.to_owned(), None)),
+            }
+        },
+    );
+    storage_key_only(
+        errs,
+        &status["allocatedResourceStatuses"],
+        "status.allocatedResourceStatuses",
+        |v| {
+            let v = v.as_str().unwrap_or_default();
+            (!CLAIM_RESOURCE_STATUSES.contains(&v))
+                .then(|| (v.to_owned(), Some(CLAIM_RESOURCE_STATUSES)))
+        },
+    );
+}
+
+/// Each key of the map `map` at `path` must be `storage`; `bad_value` says what is wrong with
+/// a value: the value and the supported values (`NotSupported`), or none of them (an
+/// `Invalid` "must be greater than or equal to 0").
+fn storage_key_only(
+    errs: &mut Vec<FieldError>,
+    map: &Value,
+    path: &str,
+    bad_value: impl Fn(&Value) -> Option<(String, Option<&'static [&'static str]>)>,
+) {
+    for (key, value) in map.as_object().into_iter().flatten() {
+        let field = format!("{path}[{key}]");
+        if key != "storage" {
+            errs.push(FieldError::not_supported(field, key, &["storage"]));
+            continue;
+        }
+        match bad_value(value) {
+            None => {}
+            Some((v, Some(supported))) => {
+                errs.push(FieldError::not_supported(field, &v, supported));
+            }
+            Some((v, None)) => errs.push(FieldError::invalid(
+                field,
+                &v,
+                "must be greater than or equal to 0",
+            )),
+        }
+    }
+}
+
 /// Kind-specific checks of an update, `old` and `new` both in storage shape.
 pub(crate) fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> Vec<FieldError> {
     let mut errs = validate_metadata_update(old, new);
@@ -308,6 +398,8 @@ pub(crate) fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> 
                     "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",
                 ));
             }
+            pvc_request_not_below_capacity(&mut errs, old, new);
+            pvc_allocated_status(&mut errs, &new["status"]);
         }
         ("storage.k8s.io", "volumeattachments") if old["spec"] != new["spec"] => {
             errs.push(FieldError::invalid_raw(

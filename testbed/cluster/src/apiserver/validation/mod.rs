@@ -1,8 +1,10 @@
 //! Validation that answers 422 Invalid with one cause per field, as kube-apiserver v1.36.2 does
 //! (fixtures h1, h2, l4, m7, m9): object names, metadata (labels, annotations, finalizers),
 //! and the required fields of the kinds the sidecars write (PVC, PV, VolumeAttachment, Lease,
-//! StorageClass, CSIStorageCapacity, CSINode, Events), and the size limits of a VolumeAttachment's
-//! status (attachment metadata, error messages). Messages follow upstream's
+//! StorageClass, CSIStorageCapacity, CSINode, Events), the size limits of a VolumeAttachment's
+//! status (attachment metadata, error messages), and on PVC updates the resize rules
+//! (a request may drop only while it stays above `status.capacity`; `allocatedResources` and
+//! `allocatedResourceStatuses` take only `storage` and valid values). Messages follow upstream's
 //! `field.Error` wording so a sidecar that logs them logs what it would log in a real cluster.
 //!
 //! By concern: [`field`] (the error and its text), [`names`] (name syntax), [`metadata`]

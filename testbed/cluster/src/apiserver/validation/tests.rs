@@ -266,3 +266,61 @@ fn pvc_spec_is_immutable_except_requests_and_a_first_volume_name() {
         ErrorType::Forbidden
     );
 }
+
+#[test]
+fn a_pvc_request_may_drop_for_recovery_but_not_to_status_capacity() {
+    let i = info("", "persistentvolumeclaims");
+    let mut old = pvc(
+        "x",
+        &json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}, "volumeName": "pv-1"}),
+    );
+    old["status"] = json!({"phase": "Bound", "capacity": {"storage": "1Gi"}});
+    let request = |size: &str| {
+        let mut new = old.clone();
+        new["spec"]["resources"]["requests"]["storage"] = json!(size);
+        new
+    };
+    assert!(validate_update(i, &old, &request("2Gi")).is_empty());
+    assert!(validate_update(i, &old, &request("20Gi")).is_empty());
+    for size in ["1Gi", "512Mi"] {
+        assert_eq!(
+            messages(&validate_update(i, &old, &request(size))),
+            vec![
+                "spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"
+            ],
+            "{size}"
+        );
+    }
+}
+
+#[test]
+fn pvc_allocated_resources_and_statuses_take_only_storage_and_known_values() {
+    let i = info("", "persistentvolumeclaims");
+    let old = pvc(
+        "x",
+        &json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}),
+    );
+    let with_status = |status: Value| {
+        let mut new = old.clone();
+        new["status"] = status;
+        new
+    };
+    let ok = with_status(json!({
+        "allocatedResources": {"storage": "2Gi"},
+        "allocatedResourceStatuses": {"storage": "ControllerResizeInProgress"},
+    }));
+    assert!(validate_update(i, &old, &ok).is_empty());
+    let bad = with_status(json!({
+        "allocatedResources": {"storage": "-1", "cpu": "1"},
+        "allocatedResourceStatuses": {"storage": "Resizing", "memory": "NodeResizePending"},
+    }));
+    assert_eq!(
+        messages(&validate_update(i, &old, &bad)),
+        vec![
+            "status.allocatedResources[cpu]: Unsupported value: \"cpu\": supported values: \"storage\"",
+            "status.allocatedResources[storage]: Invalid value: \"-1\": must be greater than or equal to 0",
+            "status.allocatedResourceStatuses[memory]: Unsupported value: \"memory\": supported values: \"storage\"",
+            "status.allocatedResourceStatuses[storage]: Unsupported value: \"Resizing\": supported values: \"ControllerResizeInProgress\", \"ControllerResizeInfeasible\", \"NodeResizeInProgress\", \"NodeResizeInfeasible\", \"NodeResizePending\"",
+        ]
+    );
+}

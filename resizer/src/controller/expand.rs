@@ -1,0 +1,328 @@
+//! One claim's sync: decide with `crate::decide`, then carry it out — status writes through
+//! `/status`, ControllerExpandVolume (or the trivial resizer), the PV capacity, the events
+//! (external-resizer `expand_and_recover.go`, spec sidecars.md §2.4).
+
+use std::sync::Arc;
+
+use csi_common::controller::Outcome;
+use csi_common::events::{self, EventType};
+use csi_common::logging::error_chain;
+use csi_common::quote::go_quote;
+use csi_common::secrets::{self, SecretRef};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+
+use super::Context;
+use crate::csi::{ExpandDriver, Expanded};
+use crate::decide::{self, History, Skip};
+use crate::error::ExpandError;
+use crate::mode::Resizer;
+use crate::names::{self, reason, resize_status};
+use crate::{patch, request, transition};
+
+/// Syncs the claim `key` (`namespace/name`).
+pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcome {
+    let Some(cached) = ctx.stores.claim(key) else {
+        return Outcome::Done;
+    };
+    let pvc = ctx.state.claim(key, cached);
+    let pv = decide::bound_volume(&pvc).and_then(|name| ctx.stores.volume(name));
+    if ctx.settings.annotate_fs_resize
+        && let Some(pv) = &pv
+        && decide::pre_resize_annotation_done(&pvc, pv, &ctx.settings.driver)
+        && let Err(err) = patch_volume(ctx, pv, patch::pv_remove_pre_resize_capacity()).await
+    {
+        tracing::warn!(
+            pvc = key,
+            error = error_chain(&err),
+            "cannot remove the pre-resize-capacity annotation"
+        );
+        return Outcome::Retry;
+    }
+    let mut claim = match decide::claim(&pvc, pv.as_deref(), &ctx.settings.driver) {
+        Ok(claim) => claim,
+        Err(skip) => return skipped(ctx, &pvc, key, &skip),
+    };
+    let Some(pv) = pv else {
+        return Outcome::Retry;
+    };
+    let pv_name = name(&pv);
+    if let Some(written) = ctx.state.written(pv_name) {
+        claim.pv = claim.pv.max(written);
+    }
+    if claim.resize_status.as_deref() == Some(resize_status::CONTROLLER_INFEASIBLE) {
+        ctx.state.slow_add(key);
+    }
+    let history = History {
+        final_error: ctx.state.final_error(key),
+        trivial: ctx.settings.resizer == Resizer::Trivial,
+    };
+    let Some(target) = decide::target(&claim, history) else {
+        return Outcome::Done;
+    };
+    let mut current = (*pvc).clone();
+    if claim.allocated == Some(target) {
+        if let Some(remaining) = ctx.state.slow_remaining(key) {
+            tracing::debug!(
+                pvc = key,
+                ?remaining,
+                "infeasible size: waiting for the slow-retry window"
+            );
+            return Outcome::RetryAfter(remaining);
+        }
+    } else {
+        ctx.state.slow_remove(key);
+        let next = transition::in_progress(&current, target, Timestamp::now());
+        current = match write_status(ctx, &current, &next, true).await {
+            Ok(written) => written,
+            Err(outcome) => return outcome,
+        };
+    }
+
+    event(
+        ctx,
+        &current,
+        EventType::Normal,
+        reason::RESIZING,
+        format!("External resizer is resizing volume {pv_name}"),
+    );
+    let result = match ctx.settings.resizer {
+        Resizer::Csi => expand(ctx, &pv, target).await,
+        // external-resizer `trivialResizer`: the volume needs no controller call; kubelet grows
+        // the file system.
+        Resizer::Trivial => Ok(Expanded {
+            capacity: target,
+            node_expansion_required: true,
+        }),
+    };
+    match result {
+        Ok(expanded) => succeeded(ctx, key, &pv, &current, expanded).await,
+        Err(err) => failed(ctx, key, pv_name, &current, &err).await,
+    }
+}
+
+/// The PV's name (cached objects always have one).
+fn name(pv: &PersistentVolume) -> &str {
+    pv.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn skipped<D>(ctx: &Context<D>, pvc: &PersistentVolumeClaim, key: &str, skip: &Skip) -> Outcome {
+    if skip.is_user_error() {
+        tracing::warn!(pvc = key, error = error_chain(skip), "cannot resize");
+        event(
+            ctx,
+            pvc,
+            EventType::Warning,
+            reason::VOLUME_RESIZE_FAILED,
+            error_chain(skip),
+        );
+    } else if skip.retry() {
+        tracing::info!(pvc = key, reason = %skip, "retrying");
+    } else {
+        tracing::trace!(pvc = key, reason = %skip, "nothing to do");
+    }
+    if skip.retry() {
+        Outcome::Retry
+    } else {
+        Outcome::Done
+    }
+}
+
+fn event<D>(
+    ctx: &Context<D>,
+    pvc: &PersistentVolumeClaim,
+    type_: EventType,
+    reason: &'static str,
+    message: String,
+) {
+    ctx.recorder
+        .event(&events::reference(pvc), type_, reason, message);
+}
+
+/// ControllerExpandVolume with the expand secret; an answer below `target` is an error.
+async fn expand<D: ExpandDriver>(
+    ctx: &Context<D>,
+    pv: &PersistentVolume,
+    target: i64,
+) -> Result<Expanded, ExpandError> {
+    let spec = pv.spec.as_ref().ok_or(ExpandError::NoVolumeHandle)?;
+    let csi = spec.csi.as_ref().ok_or(ExpandError::NoVolumeHandle)?;
+    let secrets = match &csi.controller_expand_secret_ref {
+        Some(reference) => secrets::fetch(&ctx.client, &SecretRef::from(reference))
+            .await
+            .map_err(ExpandError::Secret)?,
+        None => std::collections::HashMap::default(),
+    };
+    let request = request::expand(spec, csi, target, secrets, &ctx.settings.capabilities)?;
+    let expanded = ctx.driver.expand(request).await.map_err(ExpandError::Csi)?;
+    expanded.at_least(target)
+}
+
+/// Step 9: PV capacity (and the pre-resize annotation), then the claim's status and event.
+/// `VolumeResizeSuccessful` is only ever sent here, after the driver said OK for this target
+/// (not after a DeadlineExceeded, upstream #474), and `FileSystemResizePending` is never
+/// written when the driver said node expansion is not required (upstream #414).
+async fn succeeded<D: ExpandDriver>(
+    ctx: &Context<D>,
+    key: &str,
+    pv: &PersistentVolume,
+    current: &PersistentVolumeClaim,
+    expanded: Expanded,
+) -> Outcome {
+    ctx.state.record(key, None);
+    ctx.state.slow_remove(key);
+    let pre_resize = (expanded.node_expansion_required && ctx.settings.annotate_fs_resize)
+        .then(|| {
+            current
+                .status
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref())
+                .and_then(|c| c.get(names::STORAGE))
+                .map(|q| q.0.clone())
+        })
+        .flatten();
+    if let Err(err) = patch_volume(
+        ctx,
+        pv,
+        patch::pv_capacity(pv, expanded.capacity, pre_resize.as_deref()),
+    )
+    .await
+    {
+        tracing::warn!(
+            pvc = key,
+            error = error_chain(&err),
+            "cannot update the PV capacity"
+        );
+        event(
+            ctx,
+            current,
+            EventType::Warning,
+            reason::VOLUME_RESIZE_FAILED,
+            format!(
+                "error updating PV {} capacity: {}",
+                go_quote(name(pv)),
+                error_chain(&err)
+            ),
+        );
+        return Outcome::Retry;
+    }
+    ctx.state.set_written(name(pv), expanded.capacity);
+    let (next, reason, message) = if expanded.node_expansion_required {
+        (
+            transition::node_pending(current, Timestamp::now()),
+            reason::FILE_SYSTEM_RESIZE_REQUIRED,
+            "Require file system resize of volume on node",
+        )
+    } else {
+        (
+            transition::finished(current, expanded.capacity),
+            reason::VOLUME_RESIZE_SUCCESSFUL,
+            "Resize volume succeeded",
+        )
+    };
+    match write_status(ctx, current, &next, true).await {
+        Ok(written) => {
+            event(ctx, &written, EventType::Normal, reason, message.to_owned());
+            Outcome::Done
+        }
+        Err(outcome) => outcome,
+    }
+}
+
+/// Step 8: remember how it ended, write `ControllerResizeError` (and `ControllerResizeInfeasible`)
+/// for a final error without the resourceVersion check, Warning `VolumeResizeFailed`, retry.
+async fn failed<D>(
+    ctx: &Context<D>,
+    key: &str,
+    pv_name: &str,
+    current: &PersistentVolumeClaim,
+    err: &ExpandError,
+) -> Outcome {
+    let is_final = err.is_final();
+    ctx.state.record(key, Some(is_final));
+    let message = format!(
+        "resize volume {} by resizer {} failed: {}",
+        go_quote(pv_name),
+        go_quote(&ctx.settings.driver),
+        error_chain(err)
+    );
+    tracing::warn!(pvc = key, final_error = is_final, "{message}");
+    if is_final {
+        let infeasible = err.is_infeasible();
+        if infeasible {
+            ctx.state.slow_add(key);
+        } else {
+            ctx.state.slow_remove(key);
+        }
+        let next = transition::failed(current, &message, infeasible, Timestamp::now());
+        // A failed write is logged there; the retry below comes back to it.
+        let _ = write_status(ctx, current, &next, false).await;
+    } else {
+        ctx.state.slow_remove(key);
+    }
+    event(
+        ctx,
+        current,
+        EventType::Warning,
+        reason::VOLUME_RESIZE_FAILED,
+        message,
+    );
+    Outcome::Retry
+}
+
+/// Writes the claim's status from `old` to `new` through `/status`; the written claim, or the
+/// outcome when the write failed (a conflict is retried quietly: the cache was stale).
+async fn write_status<D>(
+    ctx: &Context<D>,
+    old: &PersistentVolumeClaim,
+    new: &PersistentVolumeClaim,
+    resource_version_check: bool,
+) -> Result<PersistentVolumeClaim, Outcome> {
+    let body = patch::pvc_status(old, new, resource_version_check);
+    if body.get("status").is_none() && body.pointer("/metadata/annotations").is_none() {
+        return Ok(new.clone());
+    }
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(
+        ctx.client.clone(),
+        old.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let name = old.metadata.name.as_deref().unwrap_or_default();
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
+        .await
+    {
+        Ok(written) => {
+            let key = format!(
+                "{}/{name}",
+                old.metadata.namespace.as_deref().unwrap_or_default()
+            );
+            ctx.state.set_claim(&key, written.clone());
+            Ok(written)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            tracing::debug!(pvc = name, "conflict writing the claim status: retrying");
+            Err(Outcome::Retry)
+        }
+        Err(err) => {
+            tracing::warn!(
+                pvc = name,
+                error = error_chain(&err),
+                "cannot update the claim status"
+            );
+            Err(Outcome::Retry)
+        }
+    }
+}
+
+async fn patch_volume<D>(
+    ctx: &Context<D>,
+    pv: &PersistentVolume,
+    body: serde_json::Value,
+) -> Result<Arc<PersistentVolume>, kube::Error> {
+    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    api.patch(name(pv), &PatchParams::default(), &Patch::Strategic(body))
+        .await
+        .map(Arc::new)
+}

@@ -1,0 +1,280 @@
+//! The resize controller: the PVC and PV informers, the `<driver>-pvc` queue fed by the PVC
+//! event handlers and the resync, and `--workers` workers running [`expand::sync`]
+//! (external-resizer `pkg/controller/controller.go`, spec sidecars.md §2.4).
+
+mod expand;
+mod state;
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use csi_common::capabilities::ControllerCapabilities;
+use csi_common::controller::{self, Workers};
+use csi_common::events::EventRecorder;
+use csi_common::informer::{self, Change, InformerTask};
+use csi_common::workqueue::WorkQueue;
+use csi_common::workqueue::metrics::WorkQueueMetrics;
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
+
+use self::state::State;
+use crate::csi::ExpandDriver;
+use crate::decide;
+use crate::mode::Resizer;
+
+/// What the controller is configured with.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// The driver name.
+    pub(crate) driver: String,
+    /// CSI or trivial resizer.
+    pub(crate) resizer: Resizer,
+    /// The driver's controller capabilities (SINGLE_NODE_MULTI_WRITER for access modes).
+    pub(crate) capabilities: ControllerCapabilities,
+    /// `--workers`.
+    pub(crate) workers: usize,
+    /// `--retry-interval-start`.
+    pub(crate) retry_start: Duration,
+    /// `--retry-interval-max`; also the slow-set window.
+    pub(crate) retry_max: Duration,
+    /// `--resync-period`.
+    pub(crate) resync: Duration,
+    /// The `AnnotateFsResize` gate.
+    pub(crate) annotate_fs_resize: bool,
+}
+
+/// The informer caches.
+#[derive(Clone)]
+pub(crate) struct Stores {
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores")
+            .field("claims", &self.claims.len())
+            .field("volumes", &self.volumes.len())
+            .finish()
+    }
+}
+
+impl Stores {
+    fn claim(&self, key: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        let (namespace, name) = key.split_once('/')?;
+        self.claims.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+        self.volumes.get(&ObjectRef::new(name))
+    }
+}
+
+/// `namespace/name`, the queue key (client-go `MetaNamespaceKeyFunc`).
+fn key(pvc: &PersistentVolumeClaim) -> String {
+    format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any())
+}
+
+/// Starts the informers; the caches fill in the returned tasks.
+pub(crate) fn stores(client: &Client) -> (Stores, Vec<InformerTask>, StoreHandlers) {
+    let handlers = StoreHandlers::default();
+    let (claims, pvc_task) = informer::informer(
+        kube::Api::all(client.clone()),
+        |pvc: &mut PersistentVolumeClaim| informer::trim_managed_fields(&mut pvc.metadata),
+        {
+            let handlers = handlers.clone();
+            move |change: Change<'_, PersistentVolumeClaim>| handlers.claim(&change)
+        },
+    );
+    let (volumes, pv_task) = informer::informer(
+        kube::Api::all(client.clone()),
+        |pv: &mut PersistentVolume| informer::trim_managed_fields(&mut pv.metadata),
+        {
+            let handlers = handlers.clone();
+            move |change: Change<'_, PersistentVolume>| handlers.volume(&change)
+        },
+    );
+    (
+        Stores { claims, volumes },
+        vec![pvc_task, pv_task],
+        handlers,
+    )
+}
+
+/// The PVC informer's event handlers; they do nothing until [`run`] connects them to the
+/// queue, so the caches can fill while the sidecar waits for the Lease.
+#[derive(Clone, Default)]
+pub(crate) struct StoreHandlers(Arc<Mutex<Option<Arc<Routing>>>>);
+
+impl std::fmt::Debug for StoreHandlers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreHandlers").finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct Routing {
+    queue: Arc<WorkQueue<String>>,
+    state: Arc<State>,
+}
+
+impl StoreHandlers {
+    fn connect(&self, routing: Routing) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(routing));
+    }
+
+    /// Not upstream (whose PV informer has no handlers): a PV carrying the pre-resize-capacity
+    /// annotation queues its claim, so the annotation goes even when kubelet finished the
+    /// claim before this cache saw the annotation being added.
+    fn volume(&self, change: &Change<'_, PersistentVolume>) {
+        let Some(routing) = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        else {
+            return;
+        };
+        if let Change::Applied { new, .. } = *change
+            && let Some(key) = decide::claim_of_annotated_volume(new)
+        {
+            routing.queue.add(key);
+        }
+    }
+
+    /// add → queue; update → queue if [`decide::update_needs_sync`]; delete → forget its
+    /// backoff and memory.
+    fn claim(&self, change: &Change<'_, PersistentVolumeClaim>) {
+        let Some(routing) = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        else {
+            return;
+        };
+        match *change {
+            Change::Applied { ref old, new } => {
+                if old
+                    .as_deref()
+                    .is_none_or(|old| decide::update_needs_sync(old, new))
+                {
+                    routing.queue.add(key(new));
+                }
+            }
+            Change::Deleted(pvc) => {
+                let key = key(pvc);
+                routing.queue.forget(&key);
+                routing.state.forget(&key, decide::bound_volume(pvc));
+            }
+        }
+    }
+}
+
+/// Everything a sync needs.
+pub(crate) struct Context<D> {
+    client: Client,
+    driver: D,
+    settings: Settings,
+    stores: Stores,
+    state: Arc<State>,
+    recorder: EventRecorder,
+}
+
+/// What [`run`] is built from.
+pub(crate) struct Deps<D> {
+    /// The main client.
+    pub(crate) client: Client,
+    /// ControllerExpandVolume.
+    pub(crate) driver: D,
+    /// Flags and capabilities.
+    pub(crate) settings: Settings,
+    /// The caches, started by [`stores`].
+    pub(crate) stores: Stores,
+    /// Events on claims.
+    pub(crate) recorder: EventRecorder,
+    /// Where the queue reports.
+    pub(crate) metrics: WorkQueueMetrics,
+}
+
+/// Runs the controller until `stop` resolves.
+pub(crate) async fn run<D: ExpandDriver>(
+    deps: Deps<D>,
+    handlers: &StoreHandlers,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> controller::Result<()> {
+    let stop = stop.boxed().shared();
+    let settings = deps.settings;
+    let mut workers = Workers::new(deps.metrics);
+    let queue = workers.queue(
+        &crate::names::queue_name(&settings.driver),
+        settings.retry_start,
+        settings.retry_max,
+    );
+    let state = Arc::new(State::new(settings.retry_max));
+    let stores = deps.stores;
+    let context = Arc::new(Context {
+        client: deps.client,
+        driver: deps.driver,
+        stores: stores.clone(),
+        state: Arc::clone(&state),
+        recorder: deps.recorder,
+        settings,
+    });
+    let _ = stores.claims.wait_until_ready().await;
+    let _ = stores.volumes.wait_until_ready().await;
+    handlers.connect(Routing {
+        queue: Arc::clone(&queue),
+        state,
+    });
+    resync(&stores, &queue);
+    workers.spawn(
+        &queue,
+        context.settings.workers,
+        &context,
+        |ctx, key| async move { expand::sync(&ctx, &key).await },
+    );
+    let mut background = tokio::task::JoinSet::new();
+    background.spawn(resync_loop(
+        stores,
+        Arc::clone(&queue),
+        context.settings.resync,
+        stop.clone(),
+    ));
+    let result = workers.run_until(stop).await;
+    background.shutdown().await;
+    result
+}
+
+/// client-go's resync: every cached claim goes on the queue again (the update handler's
+/// same-resourceVersion rule).
+fn resync(stores: &Stores, queue: &WorkQueue<String>) {
+    for pvc in stores.claims.state() {
+        queue.add(key(&pvc));
+    }
+}
+
+async fn resync_loop(
+    stores: Stores,
+    queue: Arc<WorkQueue<String>>,
+    every: Duration,
+    stop: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
+) {
+    if every.is_zero() {
+        return;
+    }
+    let mut ticks = tokio::time::interval(every);
+    ticks.tick().await;
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            _ = ticks.tick() => resync(&stores, &queue),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

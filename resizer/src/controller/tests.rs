@@ -1,0 +1,261 @@
+//! The sync with a scripted driver (the seam of `crate::csi`) against testbed's in-memory API
+//! server: driver answers the mock driver cannot give.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+
+use csi_common::controller::Outcome;
+use csi_common::events::NewEvent;
+use csi_common::status::CsiError;
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, ObjectReference, PersistentVolumeClaimSpec, PersistentVolumeSpec,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use proto::csi::v1::ControllerExpandVolumeRequest;
+use serde_json::json;
+use testbed_cluster::apiserver::ApiServer;
+use testbed_support::wait::eventually;
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::csi::Expanded;
+
+const DRIVER: &str = "fake.csi.example.com";
+const GI: i64 = 1 << 30;
+const KEY: &str = "default/data";
+
+/// Answers ControllerExpandVolume from a script and records the requested sizes.
+#[derive(Debug, Default)]
+struct ScriptedDriver {
+    answers: Mutex<VecDeque<Result<Expanded, CsiError>>>,
+    requested: Mutex<Vec<i64>>,
+}
+
+impl ExpandDriver for ScriptedDriver {
+    async fn expand(&self, request: ControllerExpandVolumeRequest) -> Result<Expanded, CsiError> {
+        let size = request.capacity_range.map_or(0, |r| r.required_bytes);
+        self.requested.lock().unwrap().push(size);
+        self.answers
+            .lock()
+            .unwrap()
+            .pop_front()
+            .expect("an answer scripted for every call")
+    }
+}
+
+struct Harness {
+    _server: ApiServer,
+    ctx: Context<ScriptedDriver>,
+    events: mpsc::Receiver<NewEvent>,
+    _informers: tokio::task::JoinSet<()>,
+}
+
+fn storage(size: &str) -> BTreeMap<String, Quantity> {
+    BTreeMap::from([("storage".into(), Quantity(size.into()))])
+}
+
+fn settings() -> Settings {
+    Settings {
+        driver: DRIVER.into(),
+        resizer: Resizer::Csi,
+        capabilities: ControllerCapabilities::default(),
+        workers: 1,
+        retry_start: Duration::from_millis(100),
+        retry_max: Duration::from_secs(1),
+        resync: Duration::ZERO,
+        annotate_fs_resize: true,
+    }
+}
+
+/// A 1Gi claim bound to a 1Gi PV of [`DRIVER`], grown to 2Gi, seen by the caches.
+async fn harness(answers: Vec<Result<Expanded, CsiError>>) -> Harness {
+    let server = ApiServer::new();
+    let client = server.client();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some("data".into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            volume_name: Some("pv-1".into()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(storage("1Gi")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let claim = claims.create(&PostParams::default(), &claim).await.unwrap();
+    let pv = PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some("pv-1".into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            capacity: Some(storage("1Gi")),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: DRIVER.into(),
+                volume_handle: "vol-1".into(),
+                ..Default::default()
+            }),
+            claim_ref: Some(ObjectReference {
+                namespace: Some("default".into()),
+                name: Some("data".into()),
+                uid: claim.metadata.uid.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Api::<PersistentVolume>::all(client.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .unwrap();
+    claims
+        .patch_status(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}})),
+        )
+        .await
+        .unwrap();
+    let grown = claims
+        .patch(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}})),
+        )
+        .await
+        .unwrap();
+
+    let (stores, tasks, _handlers) = stores(&client);
+    let mut informers = tokio::task::JoinSet::new();
+    for task in tasks {
+        informers.spawn(task);
+    }
+    eventually("the caches", Duration::from_secs(10), async || {
+        let cached = stores.claim(KEY)?;
+        (cached.metadata.resource_version == grown.metadata.resource_version
+            && stores.volume("pv-1").is_some())
+        .then_some(())
+    })
+    .await;
+    let (recorder, events) = EventRecorder::channel(16);
+    let ctx = Context {
+        client,
+        driver: ScriptedDriver {
+            answers: Mutex::new(answers.into()),
+            requested: Mutex::default(),
+        },
+        settings: settings(),
+        stores,
+        state: Arc::new(State::new(Duration::from_secs(1))),
+        recorder,
+    };
+    Harness {
+        _server: server,
+        ctx,
+        events,
+        _informers: informers,
+    }
+}
+
+impl Harness {
+    async fn claim(&self) -> PersistentVolumeClaim {
+        Api::<PersistentVolumeClaim>::namespaced(self.ctx.client.clone(), "default")
+            .get("data")
+            .await
+            .unwrap()
+    }
+
+    async fn pv_capacity(&self) -> String {
+        let pv = Api::<PersistentVolume>::all(self.ctx.client.clone())
+            .get("pv-1")
+            .await
+            .unwrap();
+        pv.spec.unwrap().capacity.unwrap()["storage"].0.clone()
+    }
+
+    fn reasons(&mut self) -> Vec<(&'static str, String)> {
+        let mut seen = Vec::new();
+        while let Ok(event) = self.events.try_recv() {
+            seen.push((event.reason, event.message));
+        }
+        seen
+    }
+}
+
+fn answer(capacity: i64, node_expansion_required: bool) -> Expanded {
+    Expanded {
+        capacity,
+        node_expansion_required,
+    }
+}
+
+#[tokio::test]
+async fn a_driver_answering_less_than_asked_changes_no_capacity() {
+    for capacity in [0, GI] {
+        let mut h = harness(vec![Ok(answer(capacity, false))]).await;
+        assert_eq!(expand::sync(&h.ctx, KEY).await, Outcome::Retry);
+
+        let claim = h.claim().await;
+        let status = claim.status.unwrap();
+        assert_eq!(status.capacity, Some(storage("1Gi")), "{capacity}");
+        assert_eq!(h.pv_capacity().await, "1Gi");
+        let error = status
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "ControllerResizeError")
+            .unwrap();
+        assert_eq!(
+            error.message.unwrap(),
+            format!(
+                "failed to expand pvc with resize volume \"pv-1\" by resizer \"{DRIVER}\" failed: CSI driver returned capacity {capacity} bytes, less than the requested {} bytes",
+                2 * GI
+            )
+        );
+        let reasons = h.reasons();
+        assert_eq!(
+            reasons.last().unwrap().0,
+            "VolumeResizeFailed",
+            "{reasons:?}"
+        );
+        // Final: a lower request may be the next target.
+        assert!(h.ctx.state.final_error(KEY));
+    }
+}
+
+#[tokio::test]
+async fn the_driver_s_rounded_up_size_is_what_pv_and_claim_get() {
+    let mut h = harness(vec![Ok(answer(3 * GI, false))]).await;
+    assert_eq!(expand::sync(&h.ctx, KEY).await, Outcome::Done);
+    assert_eq!(*h.ctx.driver.requested.lock().unwrap(), [2 * GI]);
+    assert_eq!(h.pv_capacity().await, "3Gi");
+    let status = h.claim().await.status.unwrap();
+    assert_eq!(status.capacity, Some(storage("3Gi")));
+    assert_eq!(status.allocated_resources, Some(storage("2Gi")));
+    let reasons: Vec<_> = h.reasons().into_iter().map(|(r, _)| r).collect();
+    assert_eq!(reasons, ["Resizing", "VolumeResizeSuccessful"]);
+}
+
+#[tokio::test]
+async fn a_sync_from_the_stale_cache_after_our_write_does_not_expand_again() {
+    let mut h = harness(vec![Ok(answer(2 * GI, true))]).await;
+    assert_eq!(expand::sync(&h.ctx, KEY).await, Outcome::Done);
+    // The caches may still hold the claim and PV from before our writes: the sync must act on
+    // what we wrote (NodeResizePending, PV at 2Gi) and leave it to kubelet.
+    assert_eq!(expand::sync(&h.ctx, KEY).await, Outcome::Done);
+    assert_eq!(*h.ctx.driver.requested.lock().unwrap(), [2 * GI]);
+    let reasons: Vec<_> = h.reasons().into_iter().map(|(r, _)| r).collect();
+    assert_eq!(reasons, ["Resizing", "FileSystemResizeRequired"]);
+}

@@ -1,0 +1,100 @@
+//! Why one expansion failed, and what that means for the claim: whether the driver may still
+//! be working on it ([`ExpandError::is_final`]), whether the size itself is impossible
+//! ([`ExpandError::is_infeasible`]) — spec sidecars.md §2.4 step 8.
+
+use csi_common::access_modes::AccessModeError;
+use csi_common::secrets::FetchError;
+use csi_common::status::CsiError;
+use tonic::Code;
+
+/// A failed expansion of one volume.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ExpandError {
+    /// ControllerExpandVolume failed.
+    #[error(transparent)]
+    Csi(CsiError),
+    /// The driver answered OK with less than was asked for (0 included). Nothing is written
+    /// to the PV or the claim: their capacity must match what the volume has.
+    #[error("CSI driver returned capacity {got} bytes, less than the requested {want} bytes")]
+    CapacityTooSmall {
+        /// `capacity_bytes` of the answer.
+        got: i64,
+        /// `required_bytes` of the request.
+        want: i64,
+    },
+    /// The expand Secret could not be read.
+    #[error(transparent)]
+    Secret(FetchError),
+    /// The PV's access modes have no CSI equivalent.
+    #[error(transparent)]
+    AccessModes(AccessModeError),
+    /// The PV has an empty volume handle.
+    #[error("PV has an empty volume handle")]
+    NoVolumeHandle,
+}
+
+impl ExpandError {
+    /// Whether the driver has stopped working on the request (csi-common's one classifier).
+    /// Our own failures before any call are final: nothing runs on the driver.
+    pub(crate) fn is_final(&self) -> bool {
+        match self {
+            Self::Csi(err) => err.is_final(),
+            Self::CapacityTooSmall { .. }
+            | Self::Secret(_)
+            | Self::AccessModes(_)
+            | Self::NoVolumeHandle => true,
+        }
+    }
+
+    /// Whether the driver said this size cannot be had (upstream `isInfeasibleError`:
+    /// InvalidArgument, OutOfRange, NotFound).
+    pub(crate) fn is_infeasible(&self) -> bool {
+        matches!(
+            self,
+            Self::Csi(CsiError {
+                code: Some(Code::InvalidArgument | Code::OutOfRange | Code::NotFound),
+                ..
+            })
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification_follows_upstream() {
+        let csi = |code| ExpandError::Csi(CsiError::status(code, "x"));
+        let cases = [
+            (csi(Code::InvalidArgument), true, true),
+            (csi(Code::OutOfRange), true, true),
+            (csi(Code::NotFound), true, true),
+            (csi(Code::Internal), true, false),
+            (csi(Code::FailedPrecondition), true, false),
+            (csi(Code::DeadlineExceeded), false, false),
+            (csi(Code::Unavailable), false, false),
+            (csi(Code::ResourceExhausted), false, false),
+            (csi(Code::Aborted), false, false),
+            (csi(Code::Cancelled), false, false),
+            (
+                ExpandError::Csi(CsiError {
+                    code: None,
+                    message: "transport".into(),
+                }),
+                false,
+                false,
+            ),
+            (
+                ExpandError::CapacityTooSmall { got: 0, want: 1 },
+                true,
+                false,
+            ),
+            (ExpandError::NoVolumeHandle, true, false),
+        ];
+        for (err, is_final, infeasible) in cases {
+            assert_eq!(err.is_final(), is_final, "{err}");
+            assert_eq!(err.is_infeasible(), infeasible, "{err}");
+        }
+    }
+}
