@@ -69,9 +69,22 @@ fn handle(prefix: &str, i: usize) -> String {
     format!("{prefix}volume-{i}")
 }
 
-/// A CSI PV of the mock driver; `attached` adds the attacher's finalizer, as after an attach.
-fn volume(prefix: &str, i: usize, attached: bool) -> anyhow::Result<PersistentVolume> {
-    let finalizers: Vec<String> = if attached { vec![finalizer()] } else { vec![] };
+/// How the bench stores a volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    /// A PV nobody attached yet (the burst's).
+    Unattached,
+    /// A PV with a VolumeAttachment, both as the attacher leaves them after an attach (the
+    /// cache load's).
+    Attached,
+}
+
+/// A CSI PV of the mock driver, with the attacher's finalizer when [`Stored::Attached`].
+fn volume(prefix: &str, i: usize, stored: Stored) -> anyhow::Result<PersistentVolume> {
+    let finalizers: Vec<String> = match stored {
+        Stored::Attached => vec![finalizer()],
+        Stored::Unattached => vec![],
+    };
     Ok(serde_json::from_value(json!({
         "metadata": {"name": pv_name(prefix, i), "finalizers": finalizers},
         "spec": {
@@ -109,27 +122,27 @@ fn attached(prefix: &str, i: usize) -> anyhow::Result<VolumeAttachment> {
     Ok(va)
 }
 
-/// Stores `count` PVs (and their volumes in the driver); with `attached`, also a VA each, as
-/// the attacher leaves them after an attach. Directly in the store: no request is counted.
+/// Stores `count` PVs (and their volumes in the driver); when [`Stored::Attached`], also a VA
+/// each. Directly in the store: no request is counted.
 fn store_volumes(
     server: &ApiServer,
     driver: &MockDriverHandle,
     prefix: &str,
     count: usize,
-    attached_too: bool,
+    stored: Stored,
 ) -> anyhow::Result<()> {
     for i in 1..=count {
         let mut backing = MockVolume::new(handle(prefix, i), GI);
-        if attached_too {
+        if stored == Stored::Attached {
             backing
                 .published_nodes
                 .insert(DEFAULT_NODE_ID.to_owned(), false);
         }
         driver.insert_volume(backing);
         server
-            .put_object(&volume(prefix, i, attached_too)?)
+            .put_object(&volume(prefix, i, stored)?)
             .context("cannot store a PV")?;
-        if attached_too {
+        if stored == Stored::Attached {
             server
                 .put_object(&attached(prefix, i)?)
                 .context("cannot store a VolumeAttachment")?;
@@ -246,12 +259,24 @@ impl Bench<'_> {
         m: &mut Measured,
     ) -> anyhow::Result<()> {
         // The burst's PVs first, so they are in the attacher's cache before its VAs come.
-        store_volumes(self.server, driver, BURST, self.attachments, false)?;
+        store_volumes(
+            self.server,
+            driver,
+            BURST,
+            self.attachments,
+            Stored::Unattached,
+        )?;
         let adds_before = queue_metric(self.http, "workqueue_adds_total").await?;
         let requests_before = self.server.requests().snapshot();
         let cpu_before = CpuSample::take(self.pid)?;
         let started = Instant::now();
-        store_volumes(self.server, driver, "bench-cached-", cached, true)?;
+        store_volumes(
+            self.server,
+            driver,
+            "bench-cached-",
+            cached,
+            Stored::Attached,
+        )?;
         wait_queue_drained(self.http, adds_before, cached, self.timeout).await?;
         m.cache_wall = Some(started.elapsed());
         tokio::time::sleep(self.settle).await;
