@@ -4,7 +4,8 @@
 //! entry is gone, and the volume handle to the attach's annotation when the PersistentVolume is
 //! gone (not upstream, issue #235). After a successful ControllerUnpublishVolume the finalizer
 //! goes first and the status second, so a failure in between cannot cause a second unpublish
-//! (upstream v4.9, issue #587); NotFound on the status write means the object is already gone.
+//! (upstream v4.9, issue #587); NotFound on the status write means the object is already gone,
+//! and the status write is left out when the finalizer removal's answer shows it is gone.
 
 use csi_common::controller::Outcome;
 use csi_common::events::EventType;
@@ -18,7 +19,7 @@ use kube::api::{Patch, PatchParams};
 use super::Context;
 use super::attach::patch_status;
 use crate::csi::AttachDriver;
-use crate::decide::VaAction;
+use crate::decide::{self, VaAction};
 use crate::node::{self, NodeIdError};
 use crate::source::{self, SourceError};
 use crate::{patch, request};
@@ -95,7 +96,8 @@ async fn unpublish<D: AttachDriver>(
 }
 
 /// Finalizer off (main resource), then the status (`/status`); NotFound on either means the
-/// API server already deleted the object, which is what a detach wants.
+/// API server already deleted the object, which is what a detach wants. When removing our
+/// finalizer deleted the object, the status write is skipped: it could only answer 404.
 async fn mark_detached<D>(ctx: &Context<D>, va: &VolumeAttachment) -> Result<(), KubeError> {
     let name = va.metadata.name.as_deref().unwrap_or_default();
     if let Some(body) = patch::va_remove_finalizer(va, &ctx.finalizer) {
@@ -104,6 +106,7 @@ async fn mark_detached<D>(ctx: &Context<D>, va: &VolumeAttachment) -> Result<(),
             .patch(name, &PatchParams::default(), &Patch::Merge(&body))
             .await
         {
+            Ok(answer) if decide::gone_after_finalizer_removal(&answer) => return Ok(()),
             Ok(_) => {}
             Err(err) if super::is_not_found(&err) => return Ok(()),
             Err(err) => return Err(KubeError(err)),

@@ -3,7 +3,7 @@
 //! last one expired) instead of sleeping. kube-apiserver's own `apiserver_request_total` has
 //! more labels; this fake keeps the two a test needs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 
 /// Request counts of an [`super::ApiServer`] (see [`super::ApiServer::requests`]).
@@ -26,5 +26,36 @@ impl RequestCounts {
             .get(&(verb.to_owned(), resource.to_owned()))
             .copied()
             .unwrap_or_default()
+    }
+
+    /// Every count so far, by (verb, resource). Two snapshots taken around a step tell what
+    /// the clients did in it, including requests nobody thought to ask about (the bench's
+    /// API request accounting).
+    pub fn snapshot(&self) -> BTreeMap<(String, String), usize> {
+        let counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_holds_every_verb_and_resource_counted() {
+        let counts = RequestCounts::default();
+        counts.count("patch", "volumeattachments");
+        counts.count("patch", "volumeattachments");
+        counts.count("patch", "volumeattachments/status");
+        counts.count("watch", "persistentvolumes");
+        let key = |verb: &str, resource: &str| (verb.to_owned(), resource.to_owned());
+        assert_eq!(
+            counts.snapshot(),
+            BTreeMap::from([
+                (key("patch", "volumeattachments"), 2),
+                (key("patch", "volumeattachments/status"), 1),
+                (key("watch", "persistentvolumes"), 1),
+            ])
+        );
     }
 }
