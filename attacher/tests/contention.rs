@@ -9,39 +9,21 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::api::ListParams;
-use support::{Cluster, TIMEOUT};
+use support::{Cluster, LEADER_ELECTION, TIMEOUT};
 use testbed_cluster::kcm::attach_detach;
 use testbed_mock_csi::{DEFAULT_NODE_ID, Fault, Method, MockDriverConfig};
 use testbed_support::wait::eventually;
 use tonic::Code;
 
-const LEASE: &str = "external-attacher-leader-hostpath-csi-k8s-io";
-
-/// Short lease timings so a take-over happens within seconds; enough QPS that the client's
-/// token bucket does not set the pace of the burst.
-const REPLICA: [&str; 8] = [
+/// Enough QPS that the client's token bucket does not set the pace of the burst.
+const REPLICA_FLAGS: [&str; 3] = [
     "--worker-threads=4",
     "--kube-api-qps=100",
     "--kube-api-burst=200",
-    "--leader-election",
-    "--leader-election-namespace=default",
-    "--leader-election-lease-duration=3s",
-    "--leader-election-renew-deadline=2s",
-    "--leader-election-retry-period=1s",
 ];
-
-async fn holder(cluster: &Cluster) -> Option<String> {
-    Api::<Lease>::namespaced(cluster.client.clone(), "default")
-        .get_opt(LEASE)
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-}
 
 /// Names of the VAs whose `status.attached` is true.
 async fn attached(vas: &Api<VolumeAttachment>) -> Option<BTreeSet<String>> {
@@ -85,12 +67,10 @@ async fn a_standby_finishes_a_burst_after_the_leader_is_killed_without_republish
         Method::ControllerPublishVolume,
         Duration::from_millis(200),
     ));
-    let mut first = cluster.replica("replica-a", &REPLICA);
-    eventually("replica-a leads", TIMEOUT, async || {
-        (holder(&cluster).await.as_deref() == Some("replica-a")).then_some(())
-    })
-    .await;
-    let _second = cluster.replica("replica-b", &REPLICA);
+    let flags = [&LEADER_ELECTION[..], &REPLICA_FLAGS[..]].concat();
+    let mut first = cluster.replica("replica-a", &flags);
+    cluster.wait_leading("replica-a", TIMEOUT).await;
+    let _second = cluster.replica("replica-b", &flags);
 
     let mut names = Vec::new();
     for i in 0..COUNT {
@@ -117,10 +97,9 @@ async fn a_standby_finishes_a_burst_after_the_leader_is_killed_without_republish
     );
     let published_before = publishes(&cluster);
 
-    eventually("replica-b leads", Duration::from_secs(30), async || {
-        (holder(&cluster).await.as_deref() == Some("replica-b")).then_some(())
-    })
-    .await;
+    cluster
+        .wait_leading("replica-b", Duration::from_secs(30))
+        .await;
     eventually("every VA attached", Duration::from_mins(1), async || {
         attached(&vas)
             .await

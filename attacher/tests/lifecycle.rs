@@ -8,36 +8,9 @@ mod support;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use support::{Cluster, TIMEOUT};
+use support::{Cluster, LEADER_ELECTION, LEASE, TIMEOUT};
 use testbed_mock_csi::MockDriverConfig;
 use testbed_support::process::{ChildProcess, Signal};
-use testbed_support::wait::eventually;
-
-const LEASE: &str = "external-attacher-leader-hostpath-csi-k8s-io";
-
-const LEADER_ELECTION: [&str; 5] = [
-    "--leader-election",
-    "--leader-election-namespace=default",
-    "--leader-election-lease-duration=3s",
-    "--leader-election-renew-deadline=2s",
-    "--leader-election-retry-period=500ms",
-];
-
-async fn holder(cluster: &Cluster) -> Option<String> {
-    Api::<Lease>::namespaced(cluster.client.clone(), "default")
-        .get_opt(LEASE)
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-}
-
-async fn leading(cluster: &Cluster, name: &str) {
-    eventually("the Lease held", TIMEOUT, async || {
-        (holder(cluster).await.as_deref() == Some(name)).then_some(())
-    })
-    .await;
-}
 
 async fn exit_code(attacher: &mut ChildProcess) -> Option<i32> {
     attacher.wait_exit(TIMEOUT).await.unwrap().code()
@@ -62,7 +35,7 @@ async fn a_lost_driver_connection_exits_1() {
 async fn a_lease_that_cannot_be_renewed_exits_1() {
     let cluster = Cluster::start(MockDriverConfig::default()).await;
     let mut attacher = cluster.replica("replica-a", &LEADER_ELECTION);
-    leading(&cluster, "replica-a").await;
+    cluster.wait_leading("replica-a", TIMEOUT).await;
     cluster.attached().await;
     for verb in ["update", "patch", "get"] {
         cluster
@@ -89,18 +62,18 @@ async fn a_lease_that_cannot_be_renewed_exits_1() {
 async fn sigterm_exits_0_and_hands_the_lease_back() {
     let cluster = Cluster::start(MockDriverConfig::default()).await;
     let mut attacher = cluster.replica("replica-a", &LEADER_ELECTION);
-    leading(&cluster, "replica-a").await;
+    cluster.wait_leading("replica-a", TIMEOUT).await;
     let va = cluster.attached().await;
     attacher.signal(Signal::TERM).unwrap();
     assert_eq!(exit_code(&mut attacher).await, Some(0));
     assert_eq!(
-        holder(&cluster).await.unwrap_or_default(),
+        cluster.lease_holder().await.unwrap_or_default(),
         "",
         "released, so a standby takes over at once"
     );
     // A standby started now leads at once (no lease-duration wait) and detaches.
     let _standby = cluster.replica("replica-b", &LEADER_ELECTION);
-    leading(&cluster, "replica-b").await;
+    cluster.wait_leading("replica-b", TIMEOUT).await;
     cluster.detached(va.metadata.name.as_deref().unwrap()).await;
     assert!(!cluster.published_volume("vol-1"));
 }

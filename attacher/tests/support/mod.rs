@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, Event, PersistentVolume, PersistentVolumeSpec, Secret,
     SecretReference,
@@ -395,4 +396,36 @@ pub(crate) async fn metrics(addr: std::net::SocketAddr) -> Option<String> {
         .await
         .ok()?;
     (response.status == 200).then_some(response.body)
+}
+
+/// The Lease of `DRIVER` (`external-attacher-leader-<sanitized driver>`).
+pub(crate) const LEASE: &str = "external-attacher-leader-hostpath-csi-k8s-io";
+
+/// Leader election in `default` with short timings, so a take-over happens within seconds.
+pub(crate) const LEADER_ELECTION: [&str; 5] = [
+    "--leader-election",
+    "--leader-election-namespace=default",
+    "--leader-election-lease-duration=3s",
+    "--leader-election-renew-deadline=2s",
+    "--leader-election-retry-period=500ms",
+];
+
+impl Cluster {
+    /// The holder identity written in the Lease, if the Lease exists.
+    pub(crate) async fn lease_holder(&self) -> Option<String> {
+        Api::<Lease>::namespaced(self.client.clone(), "default")
+            .get_opt(LEASE)
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+    }
+
+    /// Waits until `name` holds the Lease.
+    pub(crate) async fn wait_leading(&self, name: &str, timeout: Duration) {
+        eventually(&format!("{name} holds the Lease"), timeout, async || {
+            (self.lease_holder().await.as_deref() == Some(name)).then_some(())
+        })
+        .await;
+    }
 }
