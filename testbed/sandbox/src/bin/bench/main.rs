@@ -11,6 +11,7 @@ mod attacher;
 mod calls;
 mod procfs;
 mod provisioner;
+mod queue;
 mod requests;
 mod setup;
 mod stats;

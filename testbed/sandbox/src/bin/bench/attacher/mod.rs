@@ -11,7 +11,7 @@
 
 mod report;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -25,7 +25,6 @@ use kube::{Api, Client};
 use serde_json::json;
 use testbed_cluster::apiserver::ApiServer;
 use testbed_mock_csi::{DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID, MockDriverHandle, MockVolume};
-use testbed_support::http_client;
 use testbed_support::process;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -35,7 +34,7 @@ use self::report::{Measured, Phase};
 use crate::procfs::{CpuSample, load_average, rss_kib};
 use crate::requests::{self, Counts};
 use crate::setup::{self, Cluster};
-use crate::{Args, calls, stats, watch};
+use crate::{Args, calls, queue, stats, watch};
 
 const ATTACHER: &str = "csi-attacher";
 /// The attach queue (upstream's name); its adds and depth tell that the cache load is done.
@@ -151,43 +150,6 @@ fn store_volumes(
     Ok(())
 }
 
-/// A sum of one metric family's samples on the attach queue, scraped from the attacher.
-async fn queue_metric(http: SocketAddr, name: &str) -> anyhow::Result<f64> {
-    let metrics = http_client::get(http, "/metrics", Duration::from_secs(5))
-        .await
-        .context("cannot scrape the attacher's /metrics")?;
-    Ok(
-        testbed_sandbox::flows::metric_value(&metrics.body, name, &[("name", ATTACH_QUEUE)])
-            .unwrap_or(0.0),
-    )
-}
-
-/// Waits until the attach queue has had `added` more adds than `adds_before` and is empty
-/// again: the attacher has seen and synced every stored VA.
-async fn wait_queue_drained(
-    http: SocketAddr,
-    adds_before: f64,
-    added: usize,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    #[allow(
-        clippy::cast_precision_loss,
-        reason = "an object count is far below 2^52"
-    )]
-    let want = adds_before + added as f64;
-    let deadline = Instant::now() + timeout;
-    loop {
-        let adds = queue_metric(http, "workqueue_adds_total").await?;
-        if adds >= want && queue_metric(http, "workqueue_depth").await? == 0.0 {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            bail!("the attach queue saw {adds} adds of {want} within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// What the VA watch reports about the burst's VolumeAttachments.
 enum Seen {
     /// The initial list is done.
@@ -234,7 +196,10 @@ fn watch_attachments(
         Api::<VolumeAttachment>::all(client),
         |event, now| match event {
             Ok(event) => seen(event, now),
-            Err(err) => Some(Seen::Error(err.to_string())),
+            Err(err) => {
+                tracing::warn!(error = %err, "VolumeAttachment watch error");
+                Some(Seen::Error(err.to_string()))
+            }
         },
     )
 }
@@ -266,7 +231,7 @@ impl Bench<'_> {
             self.attachments,
             Stored::Unattached,
         )?;
-        let adds_before = queue_metric(self.http, "workqueue_adds_total").await?;
+        let adds_before = queue::adds(self.http, ATTACH_QUEUE).await?;
         let requests_before = self.server.requests().snapshot();
         let cpu_before = CpuSample::take(self.pid)?;
         let started = Instant::now();
@@ -277,7 +242,7 @@ impl Bench<'_> {
             cached,
             Stored::Attached,
         )?;
-        wait_queue_drained(self.http, adds_before, cached, self.timeout).await?;
+        queue::wait_drained(self.http, ATTACH_QUEUE, adds_before, cached, self.timeout).await?;
         m.cache_wall = Some(started.elapsed());
         tokio::time::sleep(self.settle).await;
         m.cache_cpu = Some(cpu_before.until(CpuSample::take(self.pid)?));
@@ -384,7 +349,7 @@ impl Bench<'_> {
         let cpu_before = CpuSample::take(self.pid)?;
         let started = Instant::now();
         let called = calls::at_once(self.attachments, call).await?;
-        let done = collect(seen_rx, self.attachments, started + self.timeout, pick).await?;
+        let done = watch::collect(seen_rx, self.attachments, started + self.timeout, pick).await?;
         let latencies = stats::latencies(&called, &done);
         let wall = done.values().max().map(|last| last.duration_since(started));
         tokio::time::sleep(self.settle).await;
@@ -401,29 +366,6 @@ impl Bench<'_> {
     }
 }
 
-/// Reads the watch until `pick` has named `wanted` different VAs, or until the deadline.
-async fn collect(
-    seen_rx: &mut mpsc::UnboundedReceiver<Seen>,
-    wanted: usize,
-    deadline: Instant,
-    mut pick: impl FnMut(Seen) -> Option<(String, Instant)>,
-) -> anyhow::Result<HashMap<String, Instant>> {
-    let mut done: HashMap<String, Instant> = HashMap::new();
-    while done.len() < wanted {
-        match tokio::time::timeout_at(deadline, seen_rx.recv()).await {
-            Ok(Some(Seen::Error(e))) => tracing::warn!(error = %e, "VolumeAttachment watch error"),
-            Ok(Some(message)) => {
-                if let Some((name, at)) = pick(message) {
-                    done.entry(name).or_insert(at);
-                }
-            }
-            Ok(None) => bail!("the VolumeAttachment watch ended"),
-            Err(_) => break,
-        }
-    }
-    Ok(done)
-}
-
 /// Starts the VA watch and waits until its initial list is done and its watch request has
 /// reached the API server, so neither lands in a phase's request counts.
 async fn start_watch(
@@ -432,21 +374,18 @@ async fn start_watch(
     let watches = || bench.server.requests().get("watch", "volumeattachments");
     let watches_before = watches();
     let (mut seen_rx, task) = watch_attachments(bench.client.clone());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match tokio::time::timeout_at(deadline, seen_rx.recv()).await {
-            Ok(Some(Seen::Ready)) => break,
-            Ok(Some(Seen::Error(e))) => bail!("the VolumeAttachment watch failed: {e}"),
-            Ok(Some(_)) => {}
-            Ok(None) | Err(_) => bail!("the VolumeAttachment watch did not start within 30 s"),
-        }
-    }
-    while watches() <= watches_before {
-        if Instant::now() >= deadline {
-            bail!("the VolumeAttachment watch request did not arrive within 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    watch::wait_started(
+        &mut seen_rx,
+        "VolumeAttachment",
+        watches,
+        watches_before,
+        |seen| match seen {
+            Seen::Ready => watch::Initial::Ready,
+            Seen::Error(e) => watch::Initial::Failed(e.clone()),
+            _ => watch::Initial::Other,
+        },
+    )
+    .await?;
     Ok((seen_rx, task))
 }
 
