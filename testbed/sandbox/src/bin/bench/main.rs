@@ -3,16 +3,20 @@
 //! bench command with a written report, never by timed tests.
 //!
 //! `--sidecar provisioner` (the default) benches csi-provisioner ([`provisioner`]),
-//! `--sidecar attacher` benches csi-attacher ([`attacher`]); docs/bench.md describes both.
+//! `--sidecar attacher` benches csi-attacher ([`attacher`]), `--sidecar resizer` csi-resizer
+//! ([`resizer`]); docs/bench.md describes them.
 //! Exit code 0 when every step succeeded, 1 when a measurement failed (e.g. not every PV
 //! appeared in time), 2 when the bench could not be set up.
 
 mod attacher;
+mod burst;
+mod cache;
 mod calls;
 mod procfs;
 mod provisioner;
 mod queue;
 mod requests;
+mod resizer;
 mod setup;
 mod stats;
 mod watch;
@@ -35,6 +39,8 @@ enum Sidecar {
     Provisioner,
     /// csi-attacher: VolumeAttachments attached and detached.
     Attacher,
+    /// csi-resizer: bound claims expanded.
+    Resizer,
 }
 
 /// Flags of `bench`.
@@ -58,10 +64,16 @@ struct Args {
     /// Attacher: number of VolumeAttachments created at once, then deleted at once.
     #[arg(long, default_value_t = 200)]
     attachments: usize,
-    /// Attacher: PVs with an attached VolumeAttachment each, stored before the second RSS
-    /// reading.
+    /// Attacher: PVs with an attached VolumeAttachment each; resizer: bound PVC+PV pairs;
+    /// stored before the second RSS reading.
     #[arg(long, default_value_t = 2000)]
     cached: usize,
+    /// Resizer: bound claims whose request is raised from 1Gi to 2Gi at once.
+    #[arg(long, default_value_t = 100)]
+    expansions: usize,
+    /// Resizer: running pods (each mounting one cached claim) stored with the cached claims.
+    #[arg(long, default_value_t = 2000)]
+    pods: usize,
     /// `--kube-api-qps` of the sidecar [default: 100 for the provisioner, 200 for the
     /// attacher, the setting of upstream's attacher figures].
     #[arg(long)]
@@ -70,8 +82,8 @@ struct Args {
     /// attacher].
     #[arg(long)]
     kube_api_burst: Option<u32>,
-    /// `--worker-threads` of the sidecar [default: 100 for the provisioner, 10 (upstream's
-    /// default) for the attacher].
+    /// `--worker-threads` of the sidecar (`--workers` of csi-resizer) [default: 100 for the
+    /// provisioner, 10 (upstream's default) for the attacher and the resizer].
     #[arg(long)]
     worker_threads: Option<u32>,
     /// Also write the report as Markdown to this file.
@@ -108,8 +120,9 @@ impl Args {
                 burst: 200,
                 workers: 100,
             },
-            // Upstream's attacher figures (issue 10) were taken at QPS 200 / burst 400.
-            Sidecar::Attacher => ClientFlags {
+            // Upstream's attacher and resizer figures (issues 10 and 11) were taken at QPS 200 /
+            // burst 400.
+            Sidecar::Attacher | Sidecar::Resizer => ClientFlags {
                 qps: 200,
                 burst: 400,
                 workers: 10,
@@ -142,6 +155,10 @@ async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<(String, bool)> {
         }
         Sidecar::Attacher => {
             let report = attacher::run(args, argv).await?;
+            Ok((report.render(), report.failed()))
+        }
+        Sidecar::Resizer => {
+            let report = resizer::run(args, argv).await?;
             Ok((report.render(), report.failed()))
         }
     }
@@ -241,7 +258,7 @@ mod tests {
 
     #[test]
     fn an_unknown_sidecar_is_a_usage_error() {
-        let err = Args::try_parse_from(["bench", "--sidecar", "resizer"]).unwrap_err();
+        let err = Args::try_parse_from(["bench", "--sidecar", "snapshotter"]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
     }
 }

@@ -149,12 +149,7 @@ impl Report {
 
 async fn create_fixtures(client: &Client, driver: &str) -> anyhow::Result<()> {
     let pp = PostParams::default();
-    let namespace: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?;
-    Api::all(client.clone())
-        .create(&pp, &namespace)
-        .await
-        .context("cannot create the Namespace")?;
+    setup::create_namespace(client, NAMESPACE).await?;
     let class: StorageClass = serde_json::from_value(json!({
         "metadata": {"name": STORAGE_CLASS},
         "provisioner": driver,
@@ -386,7 +381,8 @@ pub(crate) async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<Report
     create_fixtures(&client, DEFAULT_DRIVER_NAME).await?;
 
     let http = process::free_port().context("no free port")?;
-    let provisioner_args = setup::sidecar_args(&cluster, http, args.client_flags());
+    let provisioner_args =
+        setup::sidecar_args(&cluster, http, args.client_flags(), "--worker-threads");
     let log = work_dir.join(format!("{PROVISIONER}.log"));
     let (provisioner, ready) =
         setup::start_sidecar(PROVISIONER, &binary, &provisioner_args, &log, http).await?;

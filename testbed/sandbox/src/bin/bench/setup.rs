@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::storage::v1::CSINode;
 use serde_json::json;
 use testbed_cluster::apiserver::{ApiServer, Listening};
@@ -118,11 +118,23 @@ fn register_node(server: &ApiServer, driver: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Upstream's flags for a controller sidecar against `cluster`.
+/// Creates namespace `name` (the API server refuses namespaced objects in a missing one).
+pub(crate) async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    kube::Api::<Namespace>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &namespace)
+        .await
+        .with_context(|| format!("cannot create the Namespace {name}"))?;
+    Ok(())
+}
+
+/// Upstream's flags for a controller sidecar against `cluster`; `workers_flag` is the
+/// sidecar's name for its worker count (`--worker-threads`, csi-resizer's `--workers`).
 pub(crate) fn sidecar_args(
     cluster: &Cluster,
     http: SocketAddr,
     client: ClientFlags,
+    workers_flag: &str,
 ) -> Vec<String> {
     vec![
         format!("--csi-address={}", cluster.driver.socket_path().display()),
@@ -130,7 +142,7 @@ pub(crate) fn sidecar_args(
         format!("--http-endpoint={http}"),
         format!("--kube-api-qps={}", client.qps),
         format!("--kube-api-burst={}", client.burst),
-        format!("--worker-threads={}", client.workers),
+        format!("{workers_flag}={}", client.workers),
     ]
 }
 

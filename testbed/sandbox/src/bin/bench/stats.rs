@@ -1,11 +1,14 @@
-//! Percentiles and the way the reports print times, sizes, per-operation costs and their
-//! common header.
+//! What one burst measured ([`Phase`]), percentiles, and the way the reports print times,
+//! sizes, per-operation costs and their common header.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::procfs::CpuSample;
+use crate::requests::Counts;
 
 /// Nearest-rank percentile of sorted `values`.
 pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
@@ -33,6 +36,24 @@ pub(crate) fn kib(v: u64) -> String {
     )]
     let mib = v as f64 / 1024.0;
     format!("{mib:.1} MiB ({v} KiB)")
+}
+
+/// One burst of operations: objects created, changed or deleted at once, and what it took.
+#[derive(Debug, Default)]
+pub(crate) struct Phase {
+    /// From the bench's call returning to the watch showing the outcome, one per object done.
+    pub(crate) latencies: Vec<Duration>,
+    /// First call to last outcome seen.
+    pub(crate) wall: Option<Duration>,
+    /// CPU from the first call to the request snapshot after the settle time.
+    pub(crate) cpu: Option<CpuSample>,
+    /// The sidecar's API requests over the same window.
+    pub(crate) requests: Option<Counts>,
+}
+
+/// `value`, or `n/a` when it was not measured.
+pub(crate) fn or_na(value: Option<String>) -> String {
+    value.unwrap_or_else(|| "n/a".to_owned())
 }
 
 /// For every object in `done`, the time from its call returning (`called`) to its outcome.

@@ -10,6 +10,7 @@ use futures::StreamExt as _;
 use kube::Api;
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
+use testbed_cluster::apiserver::ApiServer;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -41,34 +42,50 @@ where
     (rx, task)
 }
 
-/// What the first deliveries of a bench watch say: [`wait_started`] waits for `Ready`.
-pub(crate) enum Initial {
+/// What a bench watch started by [`start`] hands over.
+pub(crate) enum Seen<E> {
     /// The initial list is done.
     Ready,
-    /// The watch failed.
-    Failed(String),
-    /// Anything else (an object of the initial list).
-    Other,
+    /// An event the bench cares about.
+    Saw(E),
+    /// The watch failed (it re-lists by itself).
+    Error(String),
 }
 
-/// Waits until the watch behind `rx` has delivered its initial list and its watch request has
-/// reached the API server (`watches()` passed `watches_before`), so neither lands in a phase's
-/// request counts. `what` names the watched kind in errors.
-pub(crate) async fn wait_started<M>(
-    rx: &mut mpsc::UnboundedReceiver<M>,
-    what: &str,
-    watches: impl Fn() -> usize,
-    watches_before: usize,
-    initial: impl Fn(&M) -> Initial,
-) -> anyhow::Result<()> {
+/// Starts a watch on `api` (whose requests the API server counts as `resource`), handing over
+/// what `translate` makes of each delivered object event, and waits until its initial list is
+/// done and its watch request has reached `server`, so neither lands in a phase's request
+/// counts.
+pub(crate) async fn start<K, E>(
+    server: &ApiServer,
+    resource: &str,
+    api: Api<K>,
+    translate: impl Fn(watcher::Event<K>, Instant) -> Option<E> + Send + 'static,
+) -> anyhow::Result<(mpsc::UnboundedReceiver<Seen<E>>, JoinHandle<()>)>
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    E: Send + 'static,
+{
+    let what = std::any::type_name::<K>()
+        .rsplit("::")
+        .next()
+        .unwrap_or("object");
+    let watches = || server.requests().get("watch", resource);
+    let watches_before = watches();
+    let (mut rx, task) = spawn(api, move |event, now| match event {
+        Ok(watcher::Event::InitDone) => Some(Seen::Ready),
+        Ok(event) => translate(event, now).map(Seen::Saw),
+        Err(err) => {
+            tracing::warn!(error = %err, "{what} watch error");
+            Some(Seen::Error(err.to_string()))
+        }
+    });
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(message)) => match initial(&message) {
-                Initial::Ready => break,
-                Initial::Failed(e) => bail!("the {what} watch failed: {e}"),
-                Initial::Other => {}
-            },
+            Ok(Some(Seen::Ready)) => break,
+            Ok(Some(Seen::Error(e))) => bail!("the {what} watch failed: {e}"),
+            Ok(Some(Seen::Saw(_))) => {}
             Ok(None) | Err(_) => bail!("the {what} watch did not start within 30 s"),
         }
     }
@@ -78,25 +95,26 @@ pub(crate) async fn wait_started<M>(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(())
+    Ok((rx, task))
 }
 
 /// Reads `rx` until `pick` has named `wanted` different objects (each with the moment it was
 /// seen done), or until the deadline.
-pub(crate) async fn collect<M>(
-    rx: &mut mpsc::UnboundedReceiver<M>,
+pub(crate) async fn collect<E>(
+    rx: &mut mpsc::UnboundedReceiver<Seen<E>>,
     wanted: usize,
     deadline: Instant,
-    mut pick: impl FnMut(M) -> Option<(String, Instant)>,
+    mut pick: impl FnMut(E) -> Option<(String, Instant)>,
 ) -> anyhow::Result<HashMap<String, Instant>> {
     let mut done: HashMap<String, Instant> = HashMap::new();
     while done.len() < wanted {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(message)) => {
-                if let Some((name, at)) = pick(message) {
+            Ok(Some(Seen::Saw(event))) => {
+                if let Some((name, at)) = pick(event) {
                     done.entry(name).or_insert(at);
                 }
             }
+            Ok(Some(Seen::Ready | Seen::Error(_))) => {}
             Ok(None) => bail!("the watch ended"),
             Err(_) => break,
         }

@@ -29,12 +29,13 @@ use testbed_support::process;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use self::report::Measured;
 pub(crate) use self::report::Report;
-use self::report::{Measured, Phase};
-use crate::procfs::{CpuSample, load_average, rss_kib};
-use crate::requests::{self, Counts};
+use crate::burst::Burst;
+use crate::procfs::{load_average, rss_kib};
 use crate::setup::{self, Cluster};
-use crate::{Args, calls, queue, stats, watch};
+use crate::stats::Phase;
+use crate::{Args, cache, queue, watch};
 
 const ATTACHER: &str = "csi-attacher";
 /// The attach queue (upstream's name); its adds and depth tell that the cache load is done.
@@ -152,16 +153,12 @@ fn store_volumes(
 
 /// What the VA watch reports about the burst's VolumeAttachments.
 enum Seen {
-    /// The initial list is done.
-    Ready,
     /// Delivered with `status.attached=true` at this time.
     Attached(String, Instant),
     /// Delivered with a `status.attachError`.
     AttachError(String),
     /// Delivered as deleted at this time.
     Gone(String, Instant),
-    /// The watch failed (it re-lists by itself).
-    Error(String),
 }
 
 fn seen(event: watcher::Event<VolumeAttachment>, now: Instant) -> Option<Seen> {
@@ -172,8 +169,7 @@ fn seen(event: watcher::Event<VolumeAttachment>, now: Instant) -> Option<Seen> {
             .filter(|name| name.starts_with(BURST))
     };
     match event {
-        watcher::Event::InitDone => Some(Seen::Ready),
-        watcher::Event::Init => None,
+        watcher::Event::Init | watcher::Event::InitDone => None,
         watcher::Event::Apply(va) | watcher::Event::InitApply(va) => {
             let name = burst_name(&va)?;
             let status = va.status.as_ref();
@@ -187,21 +183,6 @@ fn seen(event: watcher::Event<VolumeAttachment>, now: Instant) -> Option<Seen> {
         }
         watcher::Event::Delete(va) => Some(Seen::Gone(burst_name(&va)?, now)),
     }
-}
-
-fn watch_attachments(
-    client: Client,
-) -> (mpsc::UnboundedReceiver<Seen>, tokio::task::JoinHandle<()>) {
-    watch::spawn(
-        Api::<VolumeAttachment>::all(client),
-        |event, now| match event {
-            Ok(event) => seen(event, now),
-            Err(err) => {
-                tracing::warn!(error = %err, "VolumeAttachment watch error");
-                Some(Seen::Error(err.to_string()))
-            }
-        },
-    )
 }
 
 /// Everything a phase needs.
@@ -232,33 +213,24 @@ impl Bench<'_> {
             Stored::Unattached,
         )?;
         let adds_before = queue::adds(self.http, ATTACH_QUEUE).await?;
-        let requests_before = self.server.requests().snapshot();
-        let cpu_before = CpuSample::take(self.pid)?;
-        let started = Instant::now();
-        store_volumes(
-            self.server,
-            driver,
-            "bench-cached-",
-            cached,
-            Stored::Attached,
-        )?;
-        queue::wait_drained(self.http, ATTACH_QUEUE, adds_before, cached, self.timeout).await?;
-        m.cache_wall = Some(started.elapsed());
-        tokio::time::sleep(self.settle).await;
-        m.cache_cpu = Some(cpu_before.until(CpuSample::take(self.pid)?));
-        m.cache_requests = Some(requests::sent_by_others(
-            &requests_before,
-            &self.server.requests().snapshot(),
-            &Counts::new(),
-        ));
-        m.rss_cached_kib = Some(rss_kib(self.pid)?);
+        let load = async {
+            store_volumes(
+                self.server,
+                driver,
+                "bench-cached-",
+                cached,
+                Stored::Attached,
+            )?;
+            queue::wait_drained(self.http, ATTACH_QUEUE, adds_before, cached, self.timeout).await
+        };
+        m.cache = Some(cache::measure(self.server, self.pid, self.settle, load).await?);
         Ok(())
     }
 
     /// Creates the burst's VAs at once and waits until each is attached.
     async fn attach(
         &self,
-        seen_rx: &mut mpsc::UnboundedReceiver<Seen>,
+        seen_rx: &mut mpsc::UnboundedReceiver<watch::Seen<Seen>>,
         m: &mut Measured,
     ) -> anyhow::Result<()> {
         let api: Api<VolumeAttachment> = Api::all(self.client.clone());
@@ -280,7 +252,7 @@ impl Bench<'_> {
                 errors.insert(name);
                 None
             }
-            _ => None,
+            Seen::Gone(..) => None,
         };
         let result = self.burst(seen_rx, "create", create, attached).await;
         m.attach_errors = errors.len();
@@ -300,7 +272,7 @@ impl Bench<'_> {
     /// Deletes the burst's VAs at once and waits until each is gone.
     async fn detach(
         &self,
-        seen_rx: &mut mpsc::UnboundedReceiver<Seen>,
+        seen_rx: &mut mpsc::UnboundedReceiver<watch::Seen<Seen>>,
         m: &mut Measured,
     ) -> anyhow::Result<()> {
         let api: Api<VolumeAttachment> = Api::all(self.client.clone());
@@ -331,12 +303,10 @@ impl Bench<'_> {
         Ok(())
     }
 
-    /// One `verb` call per burst VA at once, then the watch until `pick` has named each of
-    /// them (or the timeout); then, after the settle time (the attacher's events are written
-    /// after the status), the phase's CPU and API requests.
+    /// One `verb` call per burst VA at once, then the watch until `pick` has named each.
     async fn burst<F, Fut>(
         &self,
-        seen_rx: &mut mpsc::UnboundedReceiver<Seen>,
+        seen_rx: &mut mpsc::UnboundedReceiver<watch::Seen<Seen>>,
         verb: &str,
         call: F,
         pick: impl FnMut(Seen) -> Option<(String, Instant)>,
@@ -345,48 +315,17 @@ impl Bench<'_> {
         F: Fn(usize) -> Fut,
         Fut: Future<Output = anyhow::Result<String>>,
     {
-        let requests_before = self.server.requests().snapshot();
-        let cpu_before = CpuSample::take(self.pid)?;
-        let started = Instant::now();
-        let called = calls::at_once(self.attachments, call).await?;
-        let done = watch::collect(seen_rx, self.attachments, started + self.timeout, pick).await?;
-        let latencies = stats::latencies(&called, &done);
-        let wall = done.values().max().map(|last| last.duration_since(started));
-        tokio::time::sleep(self.settle).await;
-        let cpu = cpu_before.until(CpuSample::take(self.pid)?);
-        let own = requests::own(verb, "volumeattachments", called.len());
-        let requests =
-            requests::sent_by_others(&requests_before, &self.server.requests().snapshot(), &own);
-        Ok(Phase {
-            latencies,
-            wall,
-            cpu: Some(cpu),
-            requests: Some(requests),
-        })
+        let burst = Burst {
+            server: self.server,
+            pid: self.pid,
+            count: self.attachments,
+            timeout: self.timeout,
+            settle: self.settle,
+        };
+        burst
+            .run(seen_rx, (verb, "volumeattachments"), call, pick)
+            .await
     }
-}
-
-/// Starts the VA watch and waits until its initial list is done and its watch request has
-/// reached the API server, so neither lands in a phase's request counts.
-async fn start_watch(
-    bench: &Bench<'_>,
-) -> anyhow::Result<(mpsc::UnboundedReceiver<Seen>, tokio::task::JoinHandle<()>)> {
-    let watches = || bench.server.requests().get("watch", "volumeattachments");
-    let watches_before = watches();
-    let (mut seen_rx, task) = watch_attachments(bench.client.clone());
-    watch::wait_started(
-        &mut seen_rx,
-        "VolumeAttachment",
-        watches,
-        watches_before,
-        |seen| match seen {
-            Seen::Ready => watch::Initial::Ready,
-            Seen::Error(e) => watch::Initial::Failed(e.clone()),
-            _ => watch::Initial::Other,
-        },
-    )
-    .await?;
-    Ok((seen_rx, task))
 }
 
 /// Runs the phases with a running attacher; the first failure ends them and lands in
@@ -400,7 +339,13 @@ async fn measure(
     tokio::time::sleep(bench.settle).await;
     m.rss_idle_kib = Some(rss_kib(bench.pid)?);
     bench.load_cache(driver, cached, m).await?;
-    let (mut seen_rx, watch_task) = start_watch(bench).await?;
+    let (mut seen_rx, watch_task) = watch::start(
+        bench.server,
+        "volumeattachments",
+        Api::<VolumeAttachment>::all(bench.client.clone()),
+        seen,
+    )
+    .await?;
     let result = async {
         bench.attach(&mut seen_rx, m).await?;
         bench.detach(&mut seen_rx, m).await
@@ -417,7 +362,8 @@ pub(crate) async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<Report
     let work_dir = setup::work_dir(args.work_dir.as_deref())?;
     let cluster = Cluster::start(&work_dir).await?;
     let http = process::free_port().context("no free port")?;
-    let attacher_args = setup::sidecar_args(&cluster, http, args.client_flags());
+    let attacher_args =
+        setup::sidecar_args(&cluster, http, args.client_flags(), "--worker-threads");
     let log = work_dir.join(format!("{ATTACHER}.log"));
     let (attacher, ready) =
         setup::start_sidecar(ATTACHER, &binary, &attacher_args, &log, http).await?;

@@ -2,11 +2,10 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use crate::procfs::CpuSample;
-use crate::requests::{self, Counts, Expected};
-use crate::stats::{kib, latency_summary, ms, ms_per, preamble, result};
+use crate::cache::CacheLoad;
+use crate::requests::{self, Expected};
+use crate::stats::{Phase, kib, latency_summary, ms, ms_per, or_na, preamble, result};
 
 /// What upstream external-attacher v4.12 sent for the first attach of a PV, from the golden
 /// capture (/work/shared/fixtures/traffic/go-sidecar-requests.txt, 15:35:56): the PV finalizer
@@ -25,28 +24,11 @@ pub(crate) const UPSTREAM_PER_DETACH: [Expected; 2] = [
     ("patch", "volumeattachments/status", 1),
 ];
 
-/// One burst: N VolumeAttachments attached, or deleted and detached.
-#[derive(Debug, Default)]
-pub(crate) struct Phase {
-    /// From the bench's call returning to the watch showing the outcome, one per VA done.
-    pub(crate) latencies: Vec<Duration>,
-    /// First call to last outcome seen.
-    pub(crate) wall: Option<Duration>,
-    /// CPU from the first call to the request snapshot after the settle time.
-    pub(crate) cpu: Option<CpuSample>,
-    /// The attacher's API requests over the same window.
-    pub(crate) requests: Option<Counts>,
-}
-
 /// What one run measured.
 #[derive(Debug, Default)]
 pub(crate) struct Measured {
     pub(crate) rss_idle_kib: Option<u64>,
-    /// From storing the cached objects to the attacher having queued and synced every one.
-    pub(crate) cache_wall: Option<Duration>,
-    pub(crate) cache_cpu: Option<CpuSample>,
-    pub(crate) cache_requests: Option<Counts>,
-    pub(crate) rss_cached_kib: Option<u64>,
+    pub(crate) cache: Option<CacheLoad>,
     pub(crate) attach: Phase,
     /// VolumeAttachments of the burst that showed a `status.attachError` at some point.
     pub(crate) attach_errors: usize,
@@ -66,10 +48,6 @@ pub(crate) struct Report {
     pub(crate) attacher_command: String,
     pub(crate) attacher_log: PathBuf,
     pub(crate) measured: Measured,
-}
-
-fn or_na(value: Option<String>) -> String {
-    value.unwrap_or_else(|| "n/a".to_owned())
 }
 
 impl Report {
@@ -127,15 +105,15 @@ impl Report {
         row("RSS at idle after start-up", or_na(m.rss_idle_kib.map(kib)));
         row(
             "cache load: store to every VA queued and synced",
-            or_na(m.cache_wall.map(ms)),
+            or_na(m.cache.as_ref().map(|c| ms(c.wall))),
         );
         row(
             "attacher CPU while loading the cache",
-            or_na(m.cache_cpu.map(|c| ms(c.sidecar))),
+            or_na(m.cache.as_ref().map(|c| ms(c.cpu.sidecar))),
         );
         row(
             &format!("RSS with {} PVs and VAs cached", self.cached),
-            or_na(m.rss_cached_kib.map(kib)),
+            or_na(m.cache.as_ref().map(|c| kib(c.rss_kib))),
         );
         row(
             "VAs attached",
@@ -180,8 +158,13 @@ impl Report {
             "### While loading the cache ({} VAs already attached)\n",
             self.cached
         );
-        match &m.cache_requests {
-            Some(counts) => s.push_str(&requests::table(counts, self.cached, "per VA", &[])),
+        match &m.cache {
+            Some(cache) => s.push_str(&requests::table(
+                &cache.requests,
+                self.cached,
+                "per VA",
+                &[],
+            )),
             None => s.push_str("n/a\n"),
         }
         for (title, per, phase, upstream) in [
@@ -229,7 +212,11 @@ fn phase_rows(row: &mut impl FnMut(&str, String), op: &str, phase: &Phase) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::procfs::CpuSample;
+
     use crate::requests::own;
 
     fn report(measured: Measured) -> Report {
@@ -250,13 +237,7 @@ mod tests {
         attach_requests.extend(own("patch", "persistentvolumes", 4));
         let measured = Measured {
             rss_idle_kib: Some(10240),
-            cache_wall: Some(Duration::from_millis(250)),
-            cache_cpu: Some(CpuSample {
-                sidecar: Duration::from_millis(30),
-                bench: Duration::from_millis(90),
-            }),
-            cache_requests: Some(Counts::new()),
-            rss_cached_kib: Some(20480),
+            cache: Some(CacheLoad::sample()),
             attach: Phase {
                 latencies: [4, 1, 3, 2].map(Duration::from_millis).to_vec(),
                 wall: Some(Duration::from_millis(5)),
