@@ -167,6 +167,9 @@ pub struct Config {
     pub resync: Duration,
     /// The feature gates.
     pub gates: Gates,
+    /// `--handle-volume-inuse-error`: after FAILED_PRECONDITION (and for an offline-only
+    /// driver) the driver is not called while a pod uses the claim.
+    pub handle_volume_inuse_error: bool,
     /// Warnings to log once logging is up.
     pub warnings: Vec<String>,
 }
@@ -190,18 +193,9 @@ impl TryFrom<Args> for Config {
                 max: args.retry_interval_max,
             });
         }
-        let mut warnings: Vec<String> = unknown_gates(&args)
+        let warnings: Vec<String> = unknown_gates(&args)
             .map(|gate| format!("--feature-gates: {gate} has no effect on csi-resizer"))
             .collect();
-        if args.handle_volume_inuse_error {
-            // Not refused: it is upstream's default, so refusing it would refuse every
-            // upstream manifest. Without the in-use gate the driver is asked again on each
-            // retry and answers FAILED_PRECONDITION again, which is upstream's behaviour with
-            // --handle-volume-inuse-error=false.
-            warnings.push(
-                "--handle-volume-inuse-error=true: the in-use gate is not implemented yet; after FAILED_PRECONDITION the driver is asked again on each retry, as upstream does with --handle-volume-inuse-error=false".to_owned(),
-            );
-        }
         Ok(Self {
             common,
             timeout: args.timeout,
@@ -210,6 +204,7 @@ impl TryFrom<Args> for Config {
             retry_max: args.retry_interval_max,
             resync: args.resync_period,
             gates,
+            handle_volume_inuse_error: args.handle_volume_inuse_error,
             warnings,
         })
     }

@@ -13,6 +13,7 @@ mod controller;
 mod csi;
 mod decide;
 mod error;
+mod inuse;
 mod mode;
 mod names;
 mod patch;
@@ -110,6 +111,8 @@ pub async fn run(
         retry_max: config.retry_max,
         resync: config.resync,
         annotate_fs_resize: config.gates.annotate_fs_resize,
+        handle_in_use: config.handle_volume_inuse_error,
+        offline_only: inuse::offline_only(&driver.plugin),
     };
     let (stores, informers, handlers) = controller::stores(&sidecar.client);
     let mut background = tokio::task::JoinSet::new();

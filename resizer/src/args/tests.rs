@@ -45,9 +45,8 @@ fn defaults_match_upstream() {
         config.common.csi_address.to_string(),
         "unix:///run/csi/socket"
     );
-    // The in-use gate is upstream's default but not implemented: said at start, not silent.
-    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
-    assert!(config.warnings[0].contains("--handle-volume-inuse-error"));
+    assert!(config.handle_volume_inuse_error);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
 }
 
 #[test]
@@ -67,6 +66,7 @@ fn go_style_values_are_accepted() {
     ])
     .unwrap();
     assert_eq!(config.timeout, Duration::from_secs(90));
+    assert!(!config.handle_volume_inuse_error);
     assert_eq!(config.workers, 50);
     assert_eq!(config.resync, Duration::ZERO);
     assert_eq!(config.retry_start, Duration::from_millis(100));

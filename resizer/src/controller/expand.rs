@@ -18,6 +18,7 @@ use super::Context;
 use crate::csi::{ExpandDriver, Expanded};
 use crate::decide::{self, History, Skip};
 use crate::error::ExpandError;
+use crate::inuse;
 use crate::mode::Resizer;
 use crate::names::{self, reason, resize_status};
 use crate::{patch, request, transition};
@@ -81,6 +82,9 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
         };
     }
 
+    if let Some(outcome) = in_use_gate(ctx, key, &current).await {
+        return outcome;
+    }
     event(
         ctx,
         &current,
@@ -100,6 +104,46 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
     match result {
         Ok(expanded) => succeeded(ctx, key, &pv, &current, expanded).await,
         Err(err) => failed(ctx, key, pv_name, &current, &err).await,
+    }
+}
+
+/// Step 6: while a pod uses a claim the driver may not expand now (it said FAILED_PRECONDITION
+/// last time, or it expands only offline), Warning `VolumeResizeFailed` and a retry; the pod
+/// watch also queues the claim as soon as its last pod goes. `None`: go on and call the
+/// driver (step 7 clears the in-use mark).
+async fn in_use_gate<D>(
+    ctx: &Context<D>,
+    key: &str,
+    current: &PersistentVolumeClaim,
+) -> Option<Outcome> {
+    let settings = &ctx.settings;
+    let pods = ctx.pods.as_ref()?;
+    if !inuse::must_check(
+        settings.handle_in_use,
+        settings.resizer,
+        settings.offline_only,
+        ctx.state.in_use(key),
+    ) {
+        return None;
+    }
+    let namespace = current.metadata.namespace.as_deref().unwrap_or_default();
+    let claim = current.metadata.name.as_deref().unwrap_or_default();
+    match pods.in_use(namespace, claim).await {
+        Ok(false) => {
+            ctx.state.set_in_use(key, false);
+            None
+        }
+        Ok(true) => {
+            let message = inuse::message(namespace, claim, &settings.driver);
+            tracing::info!(pvc = key, "{message}");
+            resize_failed(ctx, current, message);
+            Some(Outcome::Retry)
+        }
+        // The watch keeps trying in the background (e.g. until pod RBAC is granted).
+        Err(err) => {
+            tracing::warn!(pvc = key, "cannot tell whether a pod uses the claim: {err}");
+            Some(Outcome::Retry)
+        }
     }
 }
 
@@ -128,6 +172,17 @@ fn skipped<D>(ctx: &Context<D>, pvc: &PersistentVolumeClaim, key: &str, skip: &S
     } else {
         Outcome::Done
     }
+}
+
+/// Warning `VolumeResizeFailed`.
+fn resize_failed<D>(ctx: &Context<D>, pvc: &PersistentVolumeClaim, message: String) {
+    event(
+        ctx,
+        pvc,
+        EventType::Warning,
+        reason::VOLUME_RESIZE_FAILED,
+        message,
+    );
 }
 
 fn event<D>(
@@ -242,6 +297,9 @@ async fn failed<D>(
 ) -> Outcome {
     let is_final = err.is_final();
     ctx.state.record(key, Some(is_final));
+    if err.is_in_use() {
+        ctx.state.set_in_use(key, true);
+    }
     let message = format!(
         "resize volume {} by resizer {} failed: {}",
         go_quote(pv_name),
@@ -262,13 +320,7 @@ async fn failed<D>(
     } else {
         ctx.state.slow_remove(key);
     }
-    event(
-        ctx,
-        current,
-        EventType::Warning,
-        reason::VOLUME_RESIZE_FAILED,
-        message,
-    );
+    resize_failed(ctx, current, message);
     Outcome::Retry
 }
 
