@@ -2,8 +2,8 @@
 //! sidecars.md §2.1 and §5.1) and their validation into a [`Config`].
 //!
 //! Every upstream flag parses. A value that would turn on a feature this resizer does not
-//! implement yet (the legacy flow with `RecoverVolumeExpansionFailure=false`, the metadata of
-//! the modify controller with `--extra-modify-metadata=true`) is refused with
+//! implement yet (the metadata of the modify controller with `--extra-modify-metadata=true`)
+//! is refused with
 //! [`ConfigError::Unsupported`] (exit 2), so a manifest never runs with a feature silently
 //! missing. The modify controller itself runs upstream only for a driver with MODIFY_VOLUME, so
 //! the `VolumeAttributesClass` gate is checked against the driver at start-up (`crate::mode`):
@@ -179,7 +179,7 @@ impl TryFrom<Args> for Config {
 
     fn try_from(args: Args) -> Result<Self, ConfigError> {
         let gates = Gates::from_merged(&FeatureGates::merge(&args.feature_gates));
-        refuse_unsupported(&args, gates)?;
+        refuse_unsupported(&args)?;
         let common = CommonSettings::from_args(&args.common, Some(&args.master))?;
         let workers = usize::try_from(args.workers)
             .ok()
@@ -211,14 +211,8 @@ impl TryFrom<Args> for Config {
 }
 
 /// Refuses the flags that would turn on a feature this resizer does not implement yet.
-fn refuse_unsupported(args: &Args, gates: Gates) -> Result<(), ConfigError> {
+fn refuse_unsupported(args: &Args) -> Result<(), ConfigError> {
     let unsupported = |flag, feature| Err(ConfigError::Unsupported { flag, feature });
-    if !gates.recover_volume_expansion_failure {
-        return unsupported(
-            "--feature-gates=RecoverVolumeExpansionFailure=false",
-            "the legacy expansion flow",
-        );
-    }
     if args.extra_modify_metadata {
         return unsupported(
             "--extra-modify-metadata=true",

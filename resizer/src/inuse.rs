@@ -7,29 +7,46 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, Volume};
 
 use crate::mode::Resizer;
 
-/// Whether the sync must ask whether a pod uses the claim before calling the driver.
-///
-/// * `--handle-volume-inuse-error=false` keeps upstream's meaning: no pod is ever looked at
-///   (and no pod RBAC is needed), even for an offline-only driver.
-/// * The trivial resizer makes no controller call, so nothing is gated.
-/// * Upstream gates only a claim whose last call failed with FAILED_PRECONDITION (`marked`).
-///   Beyond upstream (#62, #44, #81) a driver that reports only the OFFLINE VolumeExpansion
-///   capability is gated before every call: CSI spec "VolumeExpansion OFFLINE: the volume
-///   must not be published (ControllerPublished or NodePublished)" when expanded.
-pub(crate) fn must_check(
-    handle_in_use: bool,
-    resizer: Resizer,
-    offline_only: bool,
-    marked: bool,
-) -> bool {
-    handle_in_use && resizer == Resizer::Csi && (offline_only || marked)
+/// When the driver may not be called while a pod uses the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// `--handle-volume-inuse-error=false`, upstream's meaning: no pod is ever looked at (and
+    /// no pod RBAC is needed), even for an offline-only driver.
+    Off,
+    /// Upstream: only a claim whose last call failed with FAILED_PRECONDITION ("in use").
+    AfterInUseError,
+    /// Beyond upstream (#62, #44, #81), for a driver that reports only the OFFLINE
+    /// VolumeExpansion capability: before every call. CSI spec, VolumeExpansion OFFLINE: the
+    /// volume must not be published (ControllerPublished or NodePublished) when expanded.
+    EveryCall,
 }
 
-/// A driver that can expand only volumes not in use: OFFLINE without ONLINE. A driver that
-/// reports neither is treated as online, as upstream treats every driver (many report
-/// nothing).
-pub(crate) fn offline_only(plugin: &PluginCapabilities) -> bool {
-    plugin.has_offline_expansion() && !plugin.has_online_expansion()
+impl Gate {
+    /// The gate for `--handle-volume-inuse-error` and the driver's plugin capabilities. A
+    /// driver that reports OFFLINE without ONLINE expands only volumes not in use; one that
+    /// reports neither is treated as online, as upstream treats every driver (many report
+    /// nothing).
+    pub(crate) fn new(handle_in_use: bool, plugin: &PluginCapabilities) -> Self {
+        if !handle_in_use {
+            Self::Off
+        } else if plugin.has_offline_expansion() && !plugin.has_online_expansion() {
+            Self::EveryCall
+        } else {
+            Self::AfterInUseError
+        }
+    }
+
+    /// Whether the sync must ask whether a pod uses the claim before calling the driver;
+    /// `marked`: the claim's last call failed with FAILED_PRECONDITION. The trivial resizer
+    /// makes no controller call, so nothing is gated.
+    pub(crate) fn must_check(self, resizer: Resizer, marked: bool) -> bool {
+        resizer == Resizer::Csi
+            && match self {
+                Self::Off => false,
+                Self::AfterInUseError => marked,
+                Self::EveryCall => true,
+            }
+    }
 }
 
 /// Whether `pod` uses claim `claim` (in the pod's namespace). A pod that has terminated

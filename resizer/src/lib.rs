@@ -28,7 +28,7 @@ use csi_common::sidecar::{self, Sidecar, SidecarConfig};
 pub use csi_common::sidecar::Environment;
 
 use crate::args::Config;
-use crate::controller::{Deps, Settings};
+use crate::controller::{Deps, Flow, Settings};
 use crate::csi::TonicDriver;
 use crate::mode::DriverCaps;
 pub use crate::mode::ModeError;
@@ -111,8 +111,12 @@ pub async fn run(
         retry_max: config.retry_max,
         resync: config.resync,
         annotate_fs_resize: config.gates.annotate_fs_resize,
-        handle_in_use: config.handle_volume_inuse_error,
-        offline_only: inuse::offline_only(&driver.plugin),
+        in_use: inuse::Gate::new(config.handle_volume_inuse_error, &driver.plugin),
+        flow: if config.gates.recover_volume_expansion_failure {
+            Flow::ExpandAndRecover
+        } else {
+            Flow::Legacy
+        },
     };
     let (stores, informers, handlers) = controller::stores(&sidecar.client);
     let mut background = tokio::task::JoinSet::new();

@@ -280,6 +280,18 @@ impl Cluster {
             .inject(Fault::error(Method::ControllerExpandVolume, code, message));
     }
 
+    /// The first ControllerExpandVolume fails with Internal "backend down".
+    fn fail_first_expansion(&self) {
+        self.driver.inject(
+            Fault::error(
+                Method::ControllerExpandVolume,
+                Code::Internal,
+                "backend down",
+            )
+            .on(When::FirstN(1)),
+        );
+    }
+
     fn expand_requests(&self) -> Vec<i64> {
         self.driver
             .requests::<ControllerExpandVolumeRequest>(Method::ControllerExpandVolume)
@@ -416,6 +428,14 @@ fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
+/// The claim's `volume.kubernetes.io/node-expansion-not-required` annotation.
+fn not_required(claim: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(
+        &claim.metadata,
+        "volume.kubernetes.io/node-expansion-not-required",
+    )
+}
+
 fn pre_resize_capacity(pv: &PersistentVolume) -> Option<&str> {
     annotation(
         &pv.metadata,
@@ -439,18 +459,8 @@ async fn online_expansion_without_node_expansion_completes_the_claim() {
     let claim = cluster.capacity_reaches("2Gi").await;
     assert_eq!(allocated(&claim).as_deref(), Some("2Gi"));
     assert_eq!(resize_status(&claim), None, "the key is removed when done");
-    assert!(
-        condition_types(&claim).is_empty(),
-        "{:?}",
-        condition_types(&claim)
-    );
-    assert_eq!(
-        annotation(
-            &claim.metadata,
-            "volume.kubernetes.io/node-expansion-not-required"
-        ),
-        Some("true")
-    );
+    assert_eq!(condition_types(&claim), Vec::<String>::new());
+    assert_eq!(not_required(&claim), Some("true"));
     let pv = cluster.volume().await;
     assert_eq!(pv_capacity(&pv), "2Gi");
     assert_eq!(
@@ -687,6 +697,57 @@ async fn a_missing_expand_secret_is_a_condition_and_an_event() {
     assert_eq!(cluster.driver.call_count(Method::ControllerExpandVolume), 0);
 }
 
+const LEGACY: &str = "--feature-gates=RecoverVolumeExpansionFailure=false";
+
+/// The legacy flow (spec §2.4): a failure is a Warning event only, then the request is
+/// expanded and written as `status.capacity` with none of the recovery fields.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_legacy_flow_expands_without_recovery_fields() {
+    let cluster = Cluster::start(no_node_expansion()).await;
+    cluster.fail_first_expansion();
+    let _resizer = cluster.resizer(&[LEGACY]);
+    cluster.request("2Gi").await;
+    let claim = cluster.capacity_reaches("2Gi").await;
+    let failed = cluster.event("VolumeResizeFailed").await;
+    assert!(
+        failed.message.as_deref().unwrap().contains("backend down"),
+        "{failed:?}"
+    );
+    assert_eq!(allocated(&claim), None);
+    assert_eq!(resize_status(&claim), None);
+    assert_eq!(condition_types(&claim), Vec::<String>::new());
+    assert_eq!(not_required(&claim), None);
+    assert_eq!(pv_capacity(&cluster.volume().await), "2Gi");
+    assert_eq!(cluster.expand_requests(), [2 * GI, 2 * GI]);
+    cluster.event("VolumeResizeSuccessful").await;
+}
+
+/// The legacy flow with node expansion: `FileSystemResizePending` (no resize status), the PV
+/// grown with the pre-resize annotation.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_legacy_flow_leaves_node_expansion_to_kubelet() {
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    let _resizer = cluster.resizer(&[LEGACY]);
+    cluster.request("2Gi").await;
+    let claim = cluster
+        .claim_when("FileSystemResizePending", |c| {
+            condition_types(c).contains(&"FileSystemResizePending".to_owned())
+        })
+        .await;
+    assert_eq!(resize_status(&claim), None);
+    assert_eq!(allocated(&claim), None);
+    assert_eq!(
+        capacity(&claim).as_deref(),
+        Some("1Gi"),
+        "kubelet writes it"
+    );
+    cluster.event("FileSystemResizeRequired").await;
+    let pv = cluster.volume().await;
+    assert_eq!(pv_capacity(&pv), "2Gi");
+    assert_eq!(pre_resize_capacity(&pv), Some("1Gi"));
+    assert_eq!(cluster.expand_requests(), [2 * GI]);
+}
+
 /// An offline-only driver (VolumeExpansion OFFLINE, upstream #62/#44/#81) is not called while
 /// a pod uses the claim. When the pod is deleted the pod watch queues the claim at once
 /// (upstream #175): with the backoff and the resync both at minutes, only that brings the
@@ -906,14 +967,7 @@ fn free_port() -> std::net::SocketAddr {
 #[tokio::test(flavor = "multi_thread")]
 async fn lease_metrics_and_health_use_upstreams_names() {
     let cluster = Cluster::start(no_node_expansion()).await;
-    cluster.driver.inject(
-        Fault::error(
-            Method::ControllerExpandVolume,
-            Code::Internal,
-            "backend down",
-        )
-        .on(When::FirstN(1)),
-    );
+    cluster.fail_first_expansion();
     let http = free_port();
     let endpoint = format!("--http-endpoint={http}");
     let _resizer = cluster.resizer(&[
@@ -982,11 +1036,6 @@ async fn bad_flags_and_unsupported_features_exit_with_clear_codes() {
             &["--http-endpoint=:1", "--metrics-address=:2"],
             1,
             "metrics-address",
-        ),
-        (
-            &["--feature-gates=RecoverVolumeExpansionFailure=false"],
-            2,
-            "not supported yet",
         ),
         (&["--extra-modify-metadata"], 2, "not supported yet"),
         (&["-version"], 0, " v0."),

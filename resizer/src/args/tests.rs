@@ -47,6 +47,9 @@ fn defaults_match_upstream() {
     );
     assert!(config.handle_volume_inuse_error);
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    // The legacy flow runs with the gate off.
+    let legacy = self::config(&["--feature-gates=RecoverVolumeExpansionFailure=false"]).unwrap();
+    assert!(!legacy.gates.recover_volume_expansion_failure);
 }
 
 #[test]
@@ -161,11 +164,7 @@ fn feature_gates_follow_component_base() {
 #[test]
 fn features_not_implemented_yet_are_refused_with_exit_2() {
     for (argv, feature) in [
-        (
-            &["--feature-gates=RecoverVolumeExpansionFailure=false"][..],
-            "legacy",
-        ),
-        (&["--extra-modify-metadata"], "modify"),
+        (&["--extra-modify-metadata"][..], "modify"),
         (&["--extra-modify-metadata=true"], "modify"),
     ] {
         let err = config(argv).unwrap_err();

@@ -3,6 +3,7 @@
 //! (external-resizer `pkg/controller/controller.go`, spec sidecars.md §2.4).
 
 mod expand;
+mod legacy;
 mod pods;
 mod state;
 
@@ -23,8 +24,8 @@ use kube::{Client, ResourceExt};
 use self::pods::PodWatch;
 use self::state::State;
 use crate::csi::ExpandDriver;
-use crate::decide;
 use crate::mode::Resizer;
+use crate::{decide, inuse};
 
 /// What the controller is configured with.
 #[derive(Debug, Clone)]
@@ -45,10 +46,20 @@ pub(crate) struct Settings {
     pub(crate) resync: Duration,
     /// The `AnnotateFsResize` gate.
     pub(crate) annotate_fs_resize: bool,
-    /// `--handle-volume-inuse-error`.
-    pub(crate) handle_in_use: bool,
-    /// The driver reports only the OFFLINE VolumeExpansion capability.
-    pub(crate) offline_only: bool,
+    /// When a pod using the claim holds the call back (`--handle-volume-inuse-error` and
+    /// the driver's VolumeExpansion capability).
+    pub(crate) in_use: inuse::Gate,
+    /// The `RecoverVolumeExpansionFailure` gate.
+    pub(crate) flow: Flow,
+}
+
+/// Which resize flow runs (spec §2.4 step 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// `RecoverVolumeExpansionFailure=true` (GA, the default).
+    ExpandAndRecover,
+    /// `RecoverVolumeExpansionFailure=false`.
+    Legacy,
 }
 
 /// The informer caches.
@@ -226,7 +237,7 @@ pub(crate) async fn run<D: ExpandDriver>(
         settings.retry_max,
     );
     let state = Arc::new(State::new(settings.retry_max));
-    let pods = settings.handle_in_use.then(|| {
+    let pods = (settings.in_use != inuse::Gate::Off).then(|| {
         let queue = Arc::clone(&queue);
         PodWatch::new(deps.client.clone(), Arc::new(move |key| queue.add(key)))
     });

@@ -68,8 +68,8 @@ fn settings() -> Settings {
         retry_max: Duration::from_secs(1),
         resync: Duration::ZERO,
         annotate_fs_resize: true,
-        handle_in_use: false,
-        offline_only: false,
+        in_use: crate::inuse::Gate::Off,
+        flow: super::Flow::ExpandAndRecover,
     }
 }
 

@@ -35,36 +35,49 @@ fn pod(claims: &[&str], phase: Option<&str>) -> Pod {
 }
 
 #[test]
-fn the_gate_applies_only_with_the_flag_to_controller_calls_that_may_hit_a_used_volume() {
-    // (handle, resizer, offline only, marked) -> check
+fn the_gate_follows_the_flag_and_the_expansion_capability() {
+    let caps = |expansion: &[Expansion]| PluginCapabilities::from_values([], expansion.to_vec());
     let rows = [
-        (true, Resizer::Csi, false, false, false),
-        (true, Resizer::Csi, false, true, true),
-        (true, Resizer::Csi, true, false, true),
-        (true, Resizer::Csi, true, true, true),
-        (true, Resizer::Trivial, true, true, false),
-        (false, Resizer::Csi, true, true, false),
-        (false, Resizer::Csi, false, true, false),
+        (true, &[Expansion::Offline][..], Gate::EveryCall),
+        (true, &[Expansion::Online][..], Gate::AfterInUseError),
+        (
+            true,
+            &[Expansion::Online, Expansion::Offline][..],
+            Gate::AfterInUseError,
+        ),
+        (true, &[][..], Gate::AfterInUseError),
+        (false, &[Expansion::Offline][..], Gate::Off),
+        (false, &[][..], Gate::Off),
     ];
-    for (handle, resizer, offline, marked, check) in rows {
+    for (handle, expansion, gate) in rows {
         assert_eq!(
-            must_check(handle, resizer, offline, marked),
-            check,
-            "{handle} {resizer:?} {offline} {marked}"
+            Gate::new(handle, &caps(expansion)),
+            gate,
+            "{handle} {expansion:?}"
         );
     }
 }
 
 #[test]
-fn offline_only_means_offline_without_online() {
-    let caps = |expansion: &[Expansion]| PluginCapabilities::from_values([], expansion.to_vec());
-    assert!(offline_only(&caps(&[Expansion::Offline])));
-    assert!(!offline_only(&caps(&[Expansion::Online])));
-    assert!(!offline_only(&caps(&[
-        Expansion::Online,
-        Expansion::Offline
-    ])));
-    assert!(!offline_only(&caps(&[])));
+fn the_gate_applies_only_to_controller_calls_that_may_hit_a_used_volume() {
+    // (gate, resizer, marked) -> check
+    let rows = [
+        (Gate::AfterInUseError, Resizer::Csi, false, false),
+        (Gate::AfterInUseError, Resizer::Csi, true, true),
+        (Gate::EveryCall, Resizer::Csi, false, true),
+        (Gate::EveryCall, Resizer::Csi, true, true),
+        (Gate::EveryCall, Resizer::Trivial, true, false),
+        (Gate::AfterInUseError, Resizer::Trivial, true, false),
+        (Gate::Off, Resizer::Csi, true, false),
+        (Gate::Off, Resizer::Csi, false, false),
+    ];
+    for (gate, resizer, marked, check) in rows {
+        assert_eq!(
+            gate.must_check(resizer, marked),
+            check,
+            "{gate:?} {resizer:?} {marked}"
+        );
+    }
 }
 
 #[test]
