@@ -2,10 +2,11 @@
 //! ControllerExpandVolume when a bound claim asks for more storage (or, after a failure, for
 //! less again), then updates the PV capacity and the claim's status. A drop-in replacement for
 //! kubernetes-csi/external-resizer (spec sidecars.md §2), with the expand-and-recover flow of
-//! `RecoverVolumeExpansionFailure`; the modify controller is not implemented yet.
+//! `RecoverVolumeExpansionFailure` (and the legacy flow without it) and the in-use gate
+//! without a cluster-wide Pod informer; the modify controller is not implemented yet.
 //!
 //! Decisions are pure functions over cached objects (`mode`, `decide`, `transition`, `patch`,
-//! `request`, `error`); `controller` carries them out. [`run`] is the whole process after flag
+//! `request`, `error`, `inuse`); `controller` carries them out. [`run`] is the whole process after flag
 //! parsing, on csi-common's `Sidecar`.
 
 pub mod args;
