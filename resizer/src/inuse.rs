@@ -71,7 +71,8 @@ fn claims(pod: &Pod) -> impl Iterator<Item = &str> {
         .map(|source| source.claim_name.as_str())
 }
 
-/// Shrinks a cached pod to what [`uses`] reads: its identity, the claim volumes and the phase.
+/// Shrinks a cached pod to what [`uses`] reads: its identity (and deletionTimestamp), the claim
+/// volumes and the phase.
 /// The watch is per namespace and only while a claim there is blocked, and this keeps even
 /// that cache small (a pod object is mostly containers, env and status).
 pub(crate) fn trim(pod: &mut Pod) {
@@ -80,6 +81,8 @@ pub(crate) fn trim(pod: &mut Pod) {
     pod.metadata.namespace = metadata.namespace;
     pod.metadata.uid = metadata.uid;
     pod.metadata.resource_version = metadata.resource_version;
+    // A terminating pod still uses its claims; kept for the logs and the tests that say so.
+    pod.metadata.deletion_timestamp = metadata.deletion_timestamp;
     let volumes: Vec<Volume> = pod
         .spec
         .take()

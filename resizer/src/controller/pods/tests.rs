@@ -150,3 +150,43 @@ async fn a_deleted_claim_is_forgotten_and_its_watch_stopped() {
     h.watch.forget("default", "data");
     assert!(!h.watch.watches("default"));
 }
+
+/// kube-apiserver's graceful deletion: a deleted pod first gets a `deletionTimestamp` (its
+/// containers and volumes are still being torn down) and goes only when kubelet is done. The
+/// test server does the same for a pod with a finalizer. Until the pod is gone it still uses
+/// the claim.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_terminating_pod_still_uses_the_claim_until_it_is_gone() {
+    let h = Harness::start().await;
+    let mut held = pod("web", "data");
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    h.pods("default")
+        .create(&PostParams::default(), &held)
+        .await
+        .unwrap();
+    assert!(h.watch.in_use("default", "data").await.unwrap());
+    h.pods("default")
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the watch sees the deletionTimestamp", WAIT, async || {
+        let namespaces = h.watch.lock();
+        let pods = namespaces.get("default")?.pods.state();
+        pods.iter()
+            .any(|p| p.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await;
+    assert!(h.queued.lock().unwrap().is_empty());
+    assert!(h.watch.in_use("default", "data").await.unwrap());
+
+    h.pods("default")
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    h.queued("default/data").await;
+}
