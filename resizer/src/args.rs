@@ -2,8 +2,8 @@
 //! sidecars.md §2.1 and §5.1) and their validation into a [`Config`].
 //!
 //! Every upstream flag parses. A value that would turn on a feature this resizer does not
-//! implement yet (the legacy flow with `RecoverVolumeExpansionFailure=false`, the metadata of
-//! the modify controller with `--extra-modify-metadata=true`) is refused with
+//! implement yet (the metadata of the modify controller with `--extra-modify-metadata=true`)
+//! is refused with
 //! [`ConfigError::Unsupported`] (exit 2), so a manifest never runs with a feature silently
 //! missing. The modify controller itself runs upstream only for a driver with MODIFY_VOLUME, so
 //! the `VolumeAttributesClass` gate is checked against the driver at start-up (`crate::mode`):
@@ -167,6 +167,9 @@ pub struct Config {
     pub resync: Duration,
     /// The feature gates.
     pub gates: Gates,
+    /// `--handle-volume-inuse-error`: after FAILED_PRECONDITION (and for an offline-only
+    /// driver) the driver is not called while a pod uses the claim.
+    pub handle_volume_inuse_error: bool,
     /// Warnings to log once logging is up.
     pub warnings: Vec<String>,
 }
@@ -176,7 +179,7 @@ impl TryFrom<Args> for Config {
 
     fn try_from(args: Args) -> Result<Self, ConfigError> {
         let gates = Gates::from_merged(&FeatureGates::merge(&args.feature_gates));
-        refuse_unsupported(&args, gates)?;
+        refuse_unsupported(&args)?;
         let common = CommonSettings::from_args(&args.common, Some(&args.master))?;
         let workers = usize::try_from(args.workers)
             .ok()
@@ -190,18 +193,9 @@ impl TryFrom<Args> for Config {
                 max: args.retry_interval_max,
             });
         }
-        let mut warnings: Vec<String> = unknown_gates(&args)
+        let warnings: Vec<String> = unknown_gates(&args)
             .map(|gate| format!("--feature-gates: {gate} has no effect on csi-resizer"))
             .collect();
-        if args.handle_volume_inuse_error {
-            // Not refused: it is upstream's default, so refusing it would refuse every
-            // upstream manifest. Without the in-use gate the driver is asked again on each
-            // retry and answers FAILED_PRECONDITION again, which is upstream's behaviour with
-            // --handle-volume-inuse-error=false.
-            warnings.push(
-                "--handle-volume-inuse-error=true: the in-use gate is not implemented yet; after FAILED_PRECONDITION the driver is asked again on each retry, as upstream does with --handle-volume-inuse-error=false".to_owned(),
-            );
-        }
         Ok(Self {
             common,
             timeout: args.timeout,
@@ -210,20 +204,15 @@ impl TryFrom<Args> for Config {
             retry_max: args.retry_interval_max,
             resync: args.resync_period,
             gates,
+            handle_volume_inuse_error: args.handle_volume_inuse_error,
             warnings,
         })
     }
 }
 
 /// Refuses the flags that would turn on a feature this resizer does not implement yet.
-fn refuse_unsupported(args: &Args, gates: Gates) -> Result<(), ConfigError> {
+fn refuse_unsupported(args: &Args) -> Result<(), ConfigError> {
     let unsupported = |flag, feature| Err(ConfigError::Unsupported { flag, feature });
-    if !gates.recover_volume_expansion_failure {
-        return unsupported(
-            "--feature-gates=RecoverVolumeExpansionFailure=false",
-            "the legacy expansion flow",
-        );
-    }
     if args.extra_modify_metadata {
         return unsupported(
             "--extra-modify-metadata=true",

@@ -243,6 +243,14 @@ pub(crate) fn target(claim: &Claim, history: History) -> Option<i64> {
     }
 }
 
+/// The legacy flow's size to expand to (`RecoverVolumeExpansionFailure=false`, upstream
+/// `pvNeedResize`): the request, while the PV is smaller than it, or while the PV already has
+/// it but no `FileSystemResizePending` says the controller part is done (the call is repeated
+/// to learn whether node expansion is needed; CSI ControllerExpandVolume is idempotent).
+pub(crate) fn legacy_target(claim: &Claim) -> Option<i64> {
+    (claim.pv < claim.spec || !claim.fs_resize_pending).then_some(claim.spec)
+}
+
 /// Whether a PVC update should queue the claim (spec §2.4 "Enqueue rules", with the recovery
 /// gate on): the request changed, the storage-resizer annotation changed, a resync (same
 /// resourceVersion), `status.capacity` grew (so the pre-resize annotation can go), or the

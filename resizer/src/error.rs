@@ -57,6 +57,19 @@ impl ExpandError {
             })
         )
     }
+
+    /// Whether the driver said the volume is in use (upstream: FAILED_PRECONDITION from
+    /// ControllerExpandVolume, CSI spec "the volume is ... published and the plugin does not
+    /// support online expansion").
+    pub(crate) fn is_in_use(&self) -> bool {
+        matches!(
+            self,
+            Self::Csi(CsiError {
+                code: Some(Code::FailedPrecondition),
+                ..
+            })
+        )
+    }
 }
 
 #[cfg(test)]
@@ -93,6 +106,11 @@ mod tests {
             (ExpandError::NoVolumeHandle, true, false),
         ];
         for (err, is_final, infeasible) in cases {
+            assert_eq!(
+                err.is_in_use(),
+                matches!(&err, ExpandError::Csi(e) if e.code == Some(Code::FailedPrecondition)),
+                "{err}"
+            );
             assert_eq!(err.is_final(), is_final, "{err}");
             assert_eq!(err.is_infeasible(), infeasible, "{err}");
         }

@@ -2,10 +2,11 @@
 //! ControllerExpandVolume when a bound claim asks for more storage (or, after a failure, for
 //! less again), then updates the PV capacity and the claim's status. A drop-in replacement for
 //! kubernetes-csi/external-resizer (spec sidecars.md §2), with the expand-and-recover flow of
-//! `RecoverVolumeExpansionFailure`; the modify controller is not implemented yet.
+//! `RecoverVolumeExpansionFailure` (and the legacy flow without it) and the in-use gate
+//! without a cluster-wide Pod informer; the modify controller is not implemented yet.
 //!
 //! Decisions are pure functions over cached objects (`mode`, `decide`, `transition`, `patch`,
-//! `request`, `error`); `controller` carries them out. [`run`] is the whole process after flag
+//! `request`, `error`, `inuse`); `controller` carries them out. [`run`] is the whole process after flag
 //! parsing, on csi-common's `Sidecar`.
 
 pub mod args;
@@ -13,6 +14,7 @@ mod controller;
 mod csi;
 mod decide;
 mod error;
+mod inuse;
 mod mode;
 mod names;
 mod patch;
@@ -27,7 +29,7 @@ use csi_common::sidecar::{self, Sidecar, SidecarConfig};
 pub use csi_common::sidecar::Environment;
 
 use crate::args::Config;
-use crate::controller::{Deps, Settings};
+use crate::controller::{Deps, Flow, Settings};
 use crate::csi::TonicDriver;
 use crate::mode::DriverCaps;
 pub use crate::mode::ModeError;
@@ -110,6 +112,12 @@ pub async fn run(
         retry_max: config.retry_max,
         resync: config.resync,
         annotate_fs_resize: config.gates.annotate_fs_resize,
+        in_use: inuse::Gate::new(config.handle_volume_inuse_error, &driver.plugin),
+        flow: if config.gates.recover_volume_expansion_failure {
+            Flow::ExpandAndRecover
+        } else {
+            Flow::Legacy
+        },
     };
     let (stores, informers, handlers) = controller::stores(&sidecar.client);
     let mut background = tokio::task::JoinSet::new();

@@ -122,12 +122,7 @@ pub(crate) fn in_progress(
     target: i64,
     now: Timestamp,
 ) -> PersistentVolumeClaim {
-    let mut new = pvc.clone();
-    set_conditions(
-        &mut new,
-        vec![new_condition(condition::RESIZING, None, now)],
-        true,
-    );
+    let mut new = legacy::in_progress(pvc, now);
     set_annotation(&mut new, None);
     set_resize_status(&mut new, Some(resize_status::CONTROLLER_IN_PROGRESS));
     let status = new.status.get_or_insert_with(Default::default);
@@ -165,16 +160,7 @@ pub(crate) fn failed(
 /// Step 9 with node expansion required: `FileSystemResizePending` (other resize conditions
 /// kept), no not-required annotation, `NodeResizePending`.
 pub(crate) fn node_pending(pvc: &PersistentVolumeClaim, now: Timestamp) -> PersistentVolumeClaim {
-    let mut new = pvc.clone();
-    set_conditions(
-        &mut new,
-        vec![new_condition(
-            condition::FILE_SYSTEM_RESIZE_PENDING,
-            Some(condition::FILE_SYSTEM_RESIZE_PENDING_MESSAGE.to_owned()),
-            now,
-        )],
-        true,
-    );
+    let mut new = legacy::node_pending(pvc, now);
     set_annotation(&mut new, None);
     set_resize_status(&mut new, Some(resize_status::NODE_PENDING));
     new
@@ -183,15 +169,66 @@ pub(crate) fn node_pending(pvc: &PersistentVolumeClaim, now: Timestamp) -> Persi
 /// Step 9 without node expansion: `status.capacity` = the driver's size, resize conditions
 /// cleared, the resize status key removed, the not-required annotation set.
 pub(crate) fn finished(pvc: &PersistentVolumeClaim, size: i64) -> PersistentVolumeClaim {
-    let mut new = pvc.clone();
-    set_conditions(&mut new, Vec::new(), false);
+    let mut new = legacy::finished(pvc, size);
     set_resize_status(&mut new, None);
     set_annotation(&mut new, Some("true"));
-    let status = new.status.get_or_insert_with(Default::default);
-    let mut capacity = status.capacity.take().unwrap_or_default();
-    capacity.extend(storage(size));
-    status.capacity = Some(capacity);
     new
+}
+
+/// The legacy flow (`RecoverVolumeExpansionFailure=false`, upstream `markPVCResizeInProgress`,
+/// `markPVCAsFSResizeRequired`, `markPVCResizeFinished`): the same conditions, and none of
+/// the recovery fields (`allocatedResources`, `allocatedResourceStatuses`, the
+/// node-expansion-not-required annotation) are touched. The expand-and-recover steps above
+/// are these plus the recovery fields.
+pub(crate) mod legacy {
+    use super::{
+        PersistentVolumeClaim, PersistentVolumeClaimCondition, Timestamp, condition, new_condition,
+        set_conditions, storage,
+    };
+
+    /// `pvc` with `condition` added (other resize conditions kept).
+    fn with_condition(
+        pvc: &PersistentVolumeClaim,
+        condition: PersistentVolumeClaimCondition,
+    ) -> PersistentVolumeClaim {
+        let mut new = pvc.clone();
+        set_conditions(&mut new, vec![condition], true);
+        new
+    }
+
+    /// `Resizing` (other resize conditions kept).
+    pub(crate) fn in_progress(
+        pvc: &PersistentVolumeClaim,
+        now: Timestamp,
+    ) -> PersistentVolumeClaim {
+        with_condition(pvc, new_condition(condition::RESIZING, None, now))
+    }
+
+    /// `FileSystemResizePending` (other resize conditions kept).
+    pub(crate) fn node_pending(
+        pvc: &PersistentVolumeClaim,
+        now: Timestamp,
+    ) -> PersistentVolumeClaim {
+        with_condition(
+            pvc,
+            new_condition(
+                condition::FILE_SYSTEM_RESIZE_PENDING,
+                Some(condition::FILE_SYSTEM_RESIZE_PENDING_MESSAGE.to_owned()),
+                now,
+            ),
+        )
+    }
+
+    /// `status.capacity` = the driver's size, resize conditions cleared.
+    pub(crate) fn finished(pvc: &PersistentVolumeClaim, size: i64) -> PersistentVolumeClaim {
+        let mut new = pvc.clone();
+        set_conditions(&mut new, Vec::new(), false);
+        let status = new.status.get_or_insert_with(Default::default);
+        let mut capacity = status.capacity.take().unwrap_or_default();
+        capacity.extend(storage(size));
+        status.capacity = Some(capacity);
+        new
+    }
 }
 
 #[cfg(test)]

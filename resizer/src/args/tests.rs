@@ -45,9 +45,11 @@ fn defaults_match_upstream() {
         config.common.csi_address.to_string(),
         "unix:///run/csi/socket"
     );
-    // The in-use gate is upstream's default but not implemented: said at start, not silent.
-    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
-    assert!(config.warnings[0].contains("--handle-volume-inuse-error"));
+    assert!(config.handle_volume_inuse_error);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    // The legacy flow runs with the gate off.
+    let legacy = self::config(&["--feature-gates=RecoverVolumeExpansionFailure=false"]).unwrap();
+    assert!(!legacy.gates.recover_volume_expansion_failure);
 }
 
 #[test]
@@ -67,6 +69,7 @@ fn go_style_values_are_accepted() {
     ])
     .unwrap();
     assert_eq!(config.timeout, Duration::from_secs(90));
+    assert!(!config.handle_volume_inuse_error);
     assert_eq!(config.workers, 50);
     assert_eq!(config.resync, Duration::ZERO);
     assert_eq!(config.retry_start, Duration::from_millis(100));
@@ -161,11 +164,7 @@ fn feature_gates_follow_component_base() {
 #[test]
 fn features_not_implemented_yet_are_refused_with_exit_2() {
     for (argv, feature) in [
-        (
-            &["--feature-gates=RecoverVolumeExpansionFailure=false"][..],
-            "legacy",
-        ),
-        (&["--extra-modify-metadata"], "modify"),
+        (&["--extra-modify-metadata"][..], "modify"),
         (&["--extra-modify-metadata=true"], "modify"),
     ] {
         let err = config(argv).unwrap_err();

@@ -14,10 +14,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 
-use super::Context;
+use super::{Context, Flow, legacy};
 use crate::csi::{ExpandDriver, Expanded};
 use crate::decide::{self, History, Skip};
 use crate::error::ExpandError;
+use crate::inuse;
 use crate::mode::Resizer;
 use crate::names::{self, reason, resize_status};
 use crate::{patch, request, transition};
@@ -52,6 +53,9 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
     if let Some(written) = ctx.state.written(pv_name) {
         claim.pv = claim.pv.max(written);
     }
+    if ctx.settings.flow == Flow::Legacy {
+        return legacy::sync(ctx, key, &pvc, &pv, &claim).await;
+    }
     if claim.resize_status.as_deref() == Some(resize_status::CONTROLLER_INFEASIBLE) {
         ctx.state.slow_add(key);
     }
@@ -81,30 +85,56 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
         };
     }
 
-    event(
-        ctx,
-        &current,
-        EventType::Normal,
-        reason::RESIZING,
-        format!("External resizer is resizing volume {pv_name}"),
-    );
-    let result = match ctx.settings.resizer {
-        Resizer::Csi => expand(ctx, &pv, target).await,
-        // external-resizer `trivialResizer`: the volume needs no controller call; kubelet grows
-        // the file system.
-        Resizer::Trivial => Ok(Expanded {
-            capacity: target,
-            node_expansion_required: true,
-        }),
-    };
-    match result {
+    if let Some(outcome) = in_use_gate(ctx, key, &current).await {
+        return outcome;
+    }
+    resizing_event(ctx, &current, pv_name);
+    match resize(ctx, &pv, target).await {
         Ok(expanded) => succeeded(ctx, key, &pv, &current, expanded).await,
         Err(err) => failed(ctx, key, pv_name, &current, &err).await,
     }
 }
 
+/// Step 6: while a pod uses a claim the driver may not expand now (it said FAILED_PRECONDITION
+/// last time, or it expands only offline), Warning `VolumeResizeFailed` and a retry; the pod
+/// watch also queues the claim as soon as its last pod goes. `None`: go on and call the
+/// driver (step 7 clears the in-use mark).
+pub(super) async fn in_use_gate<D>(
+    ctx: &Context<D>,
+    key: &str,
+    current: &PersistentVolumeClaim,
+) -> Option<Outcome> {
+    let settings = &ctx.settings;
+    let pods = ctx.pods.as_ref()?;
+    if !settings
+        .in_use
+        .must_check(settings.resizer, ctx.state.in_use(key))
+    {
+        return None;
+    }
+    let namespace = current.metadata.namespace.as_deref().unwrap_or_default();
+    let claim = current.metadata.name.as_deref().unwrap_or_default();
+    match pods.in_use(namespace, claim).await {
+        Ok(false) => {
+            ctx.state.set_in_use(key, false);
+            None
+        }
+        Ok(true) => {
+            let message = inuse::message(namespace, claim, &settings.driver);
+            tracing::info!(pvc = key, "{message}");
+            resize_failed(ctx, current, message);
+            Some(Outcome::Retry)
+        }
+        // The watch keeps trying in the background (e.g. until pod RBAC is granted).
+        Err(err) => {
+            tracing::warn!(pvc = key, "cannot tell whether a pod uses the claim: {err}");
+            Some(Outcome::Retry)
+        }
+    }
+}
+
 /// The PV's name (cached objects always have one).
-fn name(pv: &PersistentVolume) -> &str {
+pub(super) fn name(pv: &PersistentVolume) -> &str {
     pv.metadata.name.as_deref().unwrap_or_default()
 }
 
@@ -130,7 +160,29 @@ fn skipped<D>(ctx: &Context<D>, pvc: &PersistentVolumeClaim, key: &str, skip: &S
     }
 }
 
-fn event<D>(
+/// Normal `Resizing`, before each call.
+pub(super) fn resizing_event<D>(ctx: &Context<D>, pvc: &PersistentVolumeClaim, pv_name: &str) {
+    event(
+        ctx,
+        pvc,
+        EventType::Normal,
+        reason::RESIZING,
+        format!("External resizer is resizing volume {pv_name}"),
+    );
+}
+
+/// Warning `VolumeResizeFailed`.
+pub(super) fn resize_failed<D>(ctx: &Context<D>, pvc: &PersistentVolumeClaim, message: String) {
+    event(
+        ctx,
+        pvc,
+        EventType::Warning,
+        reason::VOLUME_RESIZE_FAILED,
+        message,
+    );
+}
+
+pub(super) fn event<D>(
     ctx: &Context<D>,
     pvc: &PersistentVolumeClaim,
     type_: EventType,
@@ -139,6 +191,23 @@ fn event<D>(
 ) {
     ctx.recorder
         .event(&events::reference(pvc), type_, reason, message);
+}
+
+/// Step 7: the CSI resizer's call, or the trivial resizer's answer.
+pub(super) async fn resize<D: ExpandDriver>(
+    ctx: &Context<D>,
+    pv: &PersistentVolume,
+    target: i64,
+) -> Result<Expanded, ExpandError> {
+    match ctx.settings.resizer {
+        Resizer::Csi => expand(ctx, pv, target).await,
+        // external-resizer `trivialResizer`: the volume needs no controller call; kubelet grows
+        // the file system.
+        Resizer::Trivial => Ok(Expanded {
+            capacity: target,
+            node_expansion_required: true,
+        }),
+    }
 }
 
 /// ControllerExpandVolume with the expand secret; an answer below `target` is an error.
@@ -164,7 +233,7 @@ async fn expand<D: ExpandDriver>(
 /// `VolumeResizeSuccessful` is only ever sent here, after the driver said OK for this target
 /// (not after a DeadlineExceeded, upstream #474), and `FileSystemResizePending` is never
 /// written when the driver said node expansion is not required (upstream #414).
-async fn succeeded<D: ExpandDriver>(
+pub(super) async fn succeeded<D: ExpandDriver>(
     ctx: &Context<D>,
     key: &str,
     pv: &PersistentVolume,
@@ -211,13 +280,21 @@ async fn succeeded<D: ExpandDriver>(
     ctx.state.set_written(name(pv), expanded.capacity);
     let (next, reason, message) = if expanded.node_expansion_required {
         (
-            transition::node_pending(current, Timestamp::now()),
+            if ctx.settings.flow == Flow::ExpandAndRecover {
+                transition::node_pending(current, Timestamp::now())
+            } else {
+                transition::legacy::node_pending(current, Timestamp::now())
+            },
             reason::FILE_SYSTEM_RESIZE_REQUIRED,
             "Require file system resize of volume on node",
         )
     } else {
         (
-            transition::finished(current, expanded.capacity),
+            if ctx.settings.flow == Flow::ExpandAndRecover {
+                transition::finished(current, expanded.capacity)
+            } else {
+                transition::legacy::finished(current, expanded.capacity)
+            },
             reason::VOLUME_RESIZE_SUCCESSFUL,
             "Resize volume succeeded",
         )
@@ -242,12 +319,10 @@ async fn failed<D>(
 ) -> Outcome {
     let is_final = err.is_final();
     ctx.state.record(key, Some(is_final));
-    let message = format!(
-        "resize volume {} by resizer {} failed: {}",
-        go_quote(pv_name),
-        go_quote(&ctx.settings.driver),
-        error_chain(err)
-    );
+    if err.is_in_use() {
+        ctx.state.set_in_use(key, true);
+    }
+    let message = failure_message(ctx, pv_name, err);
     tracing::warn!(pvc = key, final_error = is_final, "{message}");
     if is_final {
         let infeasible = err.is_infeasible();
@@ -262,19 +337,23 @@ async fn failed<D>(
     } else {
         ctx.state.slow_remove(key);
     }
-    event(
-        ctx,
-        current,
-        EventType::Warning,
-        reason::VOLUME_RESIZE_FAILED,
-        message,
-    );
+    resize_failed(ctx, current, message);
     Outcome::Retry
+}
+
+/// Upstream's `resize volume "<pv>" by resizer "<driver>" failed: <error>`.
+pub(super) fn failure_message<D>(ctx: &Context<D>, pv_name: &str, err: &ExpandError) -> String {
+    format!(
+        "resize volume {} by resizer {} failed: {}",
+        go_quote(pv_name),
+        go_quote(&ctx.settings.driver),
+        error_chain(err)
+    )
 }
 
 /// Writes the claim's status from `old` to `new` through `/status`; the written claim, or the
 /// outcome when the write failed (a conflict is retried quietly: the cache was stale).
-async fn write_status<D>(
+pub(super) async fn write_status<D>(
     ctx: &Context<D>,
     old: &PersistentVolumeClaim,
     new: &PersistentVolumeClaim,

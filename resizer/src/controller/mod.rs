@@ -3,6 +3,8 @@
 //! (external-resizer `pkg/controller/controller.go`, spec sidecars.md §2.4).
 
 mod expand;
+mod legacy;
+mod pods;
 mod state;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,10 +21,11 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
+use self::pods::PodWatch;
 use self::state::State;
 use crate::csi::ExpandDriver;
-use crate::decide;
 use crate::mode::Resizer;
+use crate::{decide, inuse};
 
 /// What the controller is configured with.
 #[derive(Debug, Clone)]
@@ -43,6 +46,20 @@ pub(crate) struct Settings {
     pub(crate) resync: Duration,
     /// The `AnnotateFsResize` gate.
     pub(crate) annotate_fs_resize: bool,
+    /// When a pod using the claim holds the call back (`--handle-volume-inuse-error` and
+    /// the driver's VolumeExpansion capability).
+    pub(crate) in_use: inuse::Gate,
+    /// The `RecoverVolumeExpansionFailure` gate.
+    pub(crate) flow: Flow,
+}
+
+/// Which resize flow runs (spec §2.4 step 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// `RecoverVolumeExpansionFailure=true` (GA, the default).
+    ExpandAndRecover,
+    /// `RecoverVolumeExpansionFailure=false`.
+    Legacy,
 }
 
 /// The informer caches.
@@ -118,6 +135,7 @@ impl std::fmt::Debug for StoreHandlers {
 struct Routing {
     queue: Arc<WorkQueue<String>>,
     state: Arc<State>,
+    pods: Option<Arc<PodWatch>>,
 }
 
 impl StoreHandlers {
@@ -168,6 +186,9 @@ impl StoreHandlers {
                 let key = key(pvc);
                 routing.queue.forget(&key);
                 routing.state.forget(&key, decide::bound_volume(pvc));
+                if let Some(pods) = &routing.pods {
+                    pods.forget(&pvc.namespace().unwrap_or_default(), &pvc.name_any());
+                }
             }
         }
     }
@@ -181,6 +202,8 @@ pub(crate) struct Context<D> {
     stores: Stores,
     state: Arc<State>,
     recorder: EventRecorder,
+    /// The pod watches of the in-use gate; `None` with `--handle-volume-inuse-error=false`.
+    pods: Option<Arc<PodWatch>>,
 }
 
 /// What [`run`] is built from.
@@ -214,6 +237,10 @@ pub(crate) async fn run<D: ExpandDriver>(
         settings.retry_max,
     );
     let state = Arc::new(State::new(settings.retry_max));
+    let pods = (settings.in_use != inuse::Gate::Off).then(|| {
+        let queue = Arc::clone(&queue);
+        PodWatch::new(deps.client.clone(), Arc::new(move |key| queue.add(key)))
+    });
     let stores = deps.stores;
     let context = Arc::new(Context {
         client: deps.client,
@@ -221,6 +248,7 @@ pub(crate) async fn run<D: ExpandDriver>(
         stores: stores.clone(),
         state: Arc::clone(&state),
         recorder: deps.recorder,
+        pods: pods.clone(),
         settings,
     });
     let _ = stores.claims.wait_until_ready().await;
@@ -228,6 +256,7 @@ pub(crate) async fn run<D: ExpandDriver>(
     handlers.connect(Routing {
         queue: Arc::clone(&queue),
         state,
+        pods,
     });
     resync(&stores, &queue);
     workers.spawn(

@@ -24,6 +24,7 @@ struct Inner {
     slow: HashMap<String, Instant>,
     written: HashMap<String, i64>,
     claims: HashMap<String, Arc<PersistentVolumeClaim>>,
+    in_use: HashSet<String>,
 }
 
 /// A resourceVersion as a number, to tell which of two copies is newer. Kubernetes calls them
@@ -60,6 +61,23 @@ impl State {
         } else {
             inner.final_errors.remove(key);
         }
+    }
+
+    /// Sets or clears the in-use mark: the driver said FAILED_PRECONDITION ("volume in use")
+    /// for the claim's last call (upstream `markPVCAsInUse`, keyed by claim here: a deleted
+    /// claim is forgotten, so a new one of the same name starts unmarked).
+    pub(crate) fn set_in_use(&self, key: &str, marked: bool) {
+        let mut inner = self.lock();
+        if marked {
+            inner.in_use.insert(key.to_owned());
+        } else {
+            inner.in_use.remove(key);
+        }
+    }
+
+    /// Whether the claim carries the in-use mark.
+    pub(crate) fn in_use(&self, key: &str) -> bool {
+        self.lock().in_use.contains(key)
     }
 
     /// Puts the claim in the slow set, unless it is there already.
@@ -130,6 +148,7 @@ impl State {
         inner.final_errors.remove(key);
         inner.slow.remove(key);
         inner.claims.remove(key);
+        inner.in_use.remove(key);
         if let Some(pv) = pv {
             inner.written.remove(pv);
         }
@@ -189,8 +208,11 @@ mod tests {
         state.set_written("pv", 5);
         assert_eq!(state.written("pv"), Some(5));
         state.record("ns/a", Some(true));
+        state.set_in_use("ns/a", true);
+        assert!(state.in_use("ns/a"));
         state.forget("ns/a", Some("pv"));
         assert!(!state.final_error("ns/a"));
+        assert!(!state.in_use("ns/a"));
         assert_eq!(state.written("pv"), None);
     }
 }

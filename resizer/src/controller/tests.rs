@@ -68,6 +68,8 @@ fn settings() -> Settings {
         retry_max: Duration::from_secs(1),
         resync: Duration::ZERO,
         annotate_fs_resize: true,
+        in_use: crate::inuse::Gate::Off,
+        flow: super::Flow::ExpandAndRecover,
     }
 }
 
@@ -160,6 +162,7 @@ async fn harness(answers: Vec<Result<Expanded, CsiError>>) -> Harness {
         stores,
         state: Arc::new(State::new(Duration::from_secs(1))),
         recorder,
+        pods: None,
     };
     Harness {
         _server: server,

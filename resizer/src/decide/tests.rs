@@ -415,3 +415,21 @@ fn pre_resize_annotation_goes_once_node_expansion_is_complete() {
     ));
     assert!(!pre_resize_annotation_done(&pvc(), &pv(), DRIVER));
 }
+
+/// Spec §2.4 legacy flow: the PV is smaller than the request, or it is not but no
+/// `FileSystemResizePending` says the controller part is done. Recovery fields are ignored.
+#[test]
+fn legacy_target_table() {
+    let g = |n: i64| n * GI;
+    #[rustfmt::skip]
+    let cases = [
+        ("pv<spec → spec", row(g(2), g(1), None, None, false), Some(g(2))),
+        ("pv<spec, FileSystemResizePending → spec", row(g(3), g(2), None, None, true), Some(g(3))),
+        ("pv>=spec, no FileSystemResizePending → spec (learn about node expansion)", row(g(2), g(2), None, None, false), Some(g(2))),
+        ("pv>=spec, FileSystemResizePending → nothing (kubelet's turn)", row(g(2), g(2), None, None, true), None),
+        ("recovery fields ignored", row(g(2), g(1), Some(g(10)), Some(resize_status::CONTROLLER_IN_PROGRESS), false), Some(g(2))),
+    ];
+    for (name, claim, want) in cases {
+        assert_eq!(legacy_target(&claim), want, "{name}");
+    }
+}

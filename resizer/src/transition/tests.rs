@@ -167,3 +167,30 @@ fn node_pending_and_finished() {
         Some("true")
     );
 }
+
+#[test]
+fn the_legacy_flow_writes_conditions_and_capacity_but_no_recovery_fields() {
+    let original = pvc();
+    let progressing = legacy::in_progress(&original, now());
+    let pending = legacy::node_pending(&progressing, now());
+    let done = legacy::finished(&progressing, 2 * GI);
+    for (next, conditions) in [
+        (&progressing, &["Custom", "Resizing"][..]),
+        (
+            &pending,
+            &["Custom", "Resizing", "FileSystemResizePending"][..],
+        ),
+        (&done, &["Custom"][..]),
+    ] {
+        let status = next.status.as_ref().unwrap();
+        assert_eq!(types(status.conditions.as_ref().unwrap()), conditions);
+        assert_eq!(status.allocated_resources, None);
+        assert_eq!(status.allocated_resource_statuses, None);
+        assert_eq!(next.metadata.annotations, original.metadata.annotations);
+    }
+    assert_eq!(pending.status.as_ref().unwrap().capacity, Some(storage(GI)));
+    assert_eq!(
+        done.status.as_ref().unwrap().capacity,
+        Some(storage(2 * GI))
+    );
+}

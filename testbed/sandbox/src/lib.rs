@@ -298,6 +298,9 @@ impl Sandbox {
             format!("--name={}", self.options.driver_name),
             format!("--node-id={NODE_NAME}"),
             "--log-calls".to_owned(),
+            // No kubelet runs NodeExpandVolume here: the expansion flow's claim is finished by
+            // csi-resizer alone.
+            "--node-expansion-required=false".to_owned(),
         ];
         let log = self.work_dir.join(format!("{DRIVER_BINARY}.log"));
         let mut child = ChildProcess::spawn(DRIVER_BINARY, &binary, &args, &log)?;

@@ -25,6 +25,7 @@ const FLOWS: &[&str] = &[
     "node-driver-registrar registration with kubelet",
     "dynamic provisioning",
     "attach and detach",
+    "volume expansion",
     "deletion",
     "driver restart -> probe 500 then 200",
 ];
@@ -37,6 +38,7 @@ const SIDECARS: &[&str] = &[
     "csi-node-driver-registrar",
     "csi-provisioner",
     "csi-attacher",
+    "csi-resizer",
 ];
 
 /// The target dir the test binaries were built into (`target/<profile>`).

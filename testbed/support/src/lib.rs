@@ -3,6 +3,7 @@
 //! [`process`], the one way tests and the sandbox run a binary as a child process.
 
 pub mod http_client;
+pub mod leader;
 pub mod process;
 pub mod version;
 pub mod wait;

@@ -17,6 +17,7 @@
 
 mod attachment;
 mod binding;
+mod expansion;
 mod liveness;
 mod provisioning;
 mod registration;
@@ -85,6 +86,7 @@ pub fn all() -> Vec<Flow> {
         flow("attach and detach", |sb| {
             Box::pin(attachment::attached_and_detached(sb))
         }),
+        flow("volume expansion", |sb| Box::pin(expansion::expanded(sb))),
         flow("deletion", |sb| Box::pin(provisioning::deleted(sb))),
         // Disrupts every sidecar's driver connection: keep it last.
         flow("driver restart -> probe 500 then 200", |sb| {
@@ -128,6 +130,40 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The reasons of the events on claim `claim` (in the sandbox namespace) that `relevant`
+/// keeps, once one of them is `wanted`. Events are written asynchronously and may trail the
+/// change that caused them a little, hence the short wait.
+///
+/// # Errors
+/// [`FlowError::Failed`] when no `wanted` event shows up within 5 s.
+pub(crate) async fn claim_event_reasons(
+    sb: &Sandbox,
+    claim: &str,
+    relevant: fn(&str) -> bool,
+    wanted: &str,
+) -> Result<Vec<String>, FlowError> {
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(sb.client().clone(), crate::NAMESPACE);
+    wait_for(
+        &format!("a {wanted} event for {claim}"),
+        Duration::from_secs(5),
+        || async {
+            let reasons: Vec<String> = events
+                .list(&kube::api::ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some(claim))
+                .filter_map(|e| e.reason)
+                .filter(|r| relevant(r))
+                .collect();
+            reasons.iter().any(|r| r == wanted).then_some(reasons)
+        },
+    )
+    .await
 }
 
 /// Milliseconds since `start`.

@@ -18,7 +18,9 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::{FlowError, FlowResult, metric_value, ms_since, require_sidecar, wait_for};
+use super::{
+    FlowError, FlowResult, claim_event_reasons, metric_value, ms_since, require_sidecar, wait_for,
+};
 use crate::{NAMESPACE, NODE_NAME, STORAGE_CLASS, Sandbox};
 use testbed_cluster::kcm::objects::{self, ANN_PROVISIONED_BY};
 use testbed_mock_csi::DEFAULT_TOPOLOGY_KEY;
@@ -26,7 +28,7 @@ use testbed_support::http_client;
 
 const PROVISIONER: &str = "csi-provisioner";
 /// The claim these flows create (and the deletion flow deletes).
-const CLAIM: &str = "sandbox-dynamic";
+pub(super) const CLAIM: &str = "sandbox-dynamic";
 /// The finalizer the provisioner puts on PVs it writes.
 const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
 const WAIT: Duration = Duration::from_secs(30);
@@ -254,27 +256,11 @@ pub(super) async fn provisioned(sb: &Sandbox) -> FlowResult {
         .map_err(|e| failed("GET the PV", e))?;
     notes.push(check_pv(sb, &pv, &created)?);
 
-    // Events are written asynchronously and may trail the binding a little.
-    let events: Api<Event> = Api::namespaced(sb.client().clone(), NAMESPACE);
-    let reasons = wait_for(
-        &format!("a ProvisioningSucceeded event for {CLAIM}"),
-        Duration::from_secs(5),
-        || async {
-            let reasons: Vec<String> = events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .filter(|e| e.involved_object.name.as_deref() == Some(CLAIM))
-                .filter_map(|e| e.reason)
-                .filter(|r| r.starts_with("Provisioning"))
-                .collect();
-            reasons
-                .iter()
-                .any(|r| r == "ProvisioningSucceeded")
-                .then_some(reasons)
-        },
+    let reasons = claim_event_reasons(
+        sb,
+        CLAIM,
+        |r| r.starts_with("Provisioning"),
+        "ProvisioningSucceeded",
     )
     .await?;
     notes.push(format!("events on the claim: {reasons:?}"));
