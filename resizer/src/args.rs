@@ -2,12 +2,10 @@
 //! sidecars.md §2.1 and §5.1) and their validation into a [`Config`].
 //!
 //! Every upstream flag parses. A value that would turn on a feature this resizer does not
-//! implement yet (the legacy flow with `RecoverVolumeExpansionFailure=false`, the metadata of
-//! the modify controller with `--extra-modify-metadata=true`) is refused with
+//! implement yet (the legacy flow with `RecoverVolumeExpansionFailure=false`) is refused with
 //! [`ConfigError::Unsupported`] (exit 2), so a manifest never runs with a feature silently
-//! missing. The modify controller itself runs upstream only for a driver with MODIFY_VOLUME, so
-//! the `VolumeAttributesClass` gate is checked against the driver at start-up (`crate::mode`):
-//! such a driver is refused unless the gate is `false`.
+//! missing. The `VolumeAttributesClass` gate stays `None` when not given: start-up then asks
+//! discovery (`crate::discovery`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -167,6 +165,9 @@ pub struct Config {
     pub resync: Duration,
     /// The feature gates.
     pub gates: Gates,
+    /// `--extra-modify-metadata`: claim and PV names in ControllerModifyVolume's
+    /// `mutable_parameters`.
+    pub extra_modify_metadata: bool,
     /// Warnings to log once logging is up.
     pub warnings: Vec<String>,
 }
@@ -176,7 +177,7 @@ impl TryFrom<Args> for Config {
 
     fn try_from(args: Args) -> Result<Self, ConfigError> {
         let gates = Gates::from_merged(&FeatureGates::merge(&args.feature_gates));
-        refuse_unsupported(&args, gates)?;
+        refuse_unsupported(gates)?;
         let common = CommonSettings::from_args(&args.common, Some(&args.master))?;
         let workers = usize::try_from(args.workers)
             .ok()
@@ -210,24 +211,19 @@ impl TryFrom<Args> for Config {
             retry_max: args.retry_interval_max,
             resync: args.resync_period,
             gates,
+            extra_modify_metadata: args.extra_modify_metadata,
             warnings,
         })
     }
 }
 
 /// Refuses the flags that would turn on a feature this resizer does not implement yet.
-fn refuse_unsupported(args: &Args, gates: Gates) -> Result<(), ConfigError> {
+fn refuse_unsupported(gates: Gates) -> Result<(), ConfigError> {
     let unsupported = |flag, feature| Err(ConfigError::Unsupported { flag, feature });
     if !gates.recover_volume_expansion_failure {
         return unsupported(
             "--feature-gates=RecoverVolumeExpansionFailure=false",
             "the legacy expansion flow",
-        );
-    }
-    if args.extra_modify_metadata {
-        return unsupported(
-            "--extra-modify-metadata=true",
-            "VolumeAttributesClass modification (the modify controller)",
         );
     }
     Ok(())

@@ -8,7 +8,6 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::SecretReference;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -245,19 +244,8 @@ async fn the_trivial_resizer_grows_the_pv_without_a_controller_call() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_expand_secret_is_a_condition_and_an_event() {
-    let cluster = Cluster::start_with_pv(no_node_expansion(), |pv| {
-        pv.spec
-            .as_mut()
-            .unwrap()
-            .csi
-            .as_mut()
-            .unwrap()
-            .controller_expand_secret_ref = Some(SecretReference {
-            name: Some("expand-secret".into()),
-            namespace: Some("default".into()),
-        });
-    })
-    .await;
+    let cluster =
+        Cluster::start_with_pv(no_node_expansion(), |pv| expand_secret(pv, "expand-secret")).await;
     let _resizer = cluster.resizer(&[]);
     cluster.request("2Gi").await;
     let claim = cluster.controller_resize_error().await;
@@ -367,32 +355,12 @@ async fn bad_flags_and_unsupported_features_exit_with_clear_codes() {
             2,
             "not supported yet",
         ),
-        (&["--extra-modify-metadata"], 2, "not supported yet"),
         (&["-version"], 0, " v0."),
     ] {
         let (got, output) = exit_code(args).await;
         assert_eq!(got, Some(code), "{args:?}: {output}");
         assert!(output.contains(text), "{args:?}: {output}");
     }
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_driver_that_can_modify_is_refused_until_the_gate_is_turned_off() {
-    let mut config = no_node_expansion();
-    config
-        .controller_capabilities
-        .push(ControllerRpc::ModifyVolume);
-    let cluster = Cluster::start(config).await;
-    for gate in [&[][..], &["--feature-gates=VolumeAttributesClass=true"]] {
-        let mut refused = cluster.resizer(gate);
-        let status = refused.wait_exit(TIMEOUT).await.unwrap();
-        assert_eq!(status.code(), Some(2), "{gate:?}");
-        assert!(refused.log_text().contains("VolumeAttributesClass=false"));
-    }
-
-    let _resizer = cluster.resizer(&["--feature-gates=VolumeAttributesClass=false"]);
-    cluster.request("2Gi").await;
-    cluster.capacity_reaches("2Gi").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, Event, ObjectReference, PersistentVolume, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeSpec, VolumeResourceRequirements,
+    PersistentVolumeClaimCondition, PersistentVolumeClaimSpec, PersistentVolumeSpec,
+    SecretReference, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -331,16 +332,36 @@ pub(crate) fn condition_types(claim: &PersistentVolumeClaim) -> Vec<String> {
         .unwrap_or_default()
 }
 
-pub(crate) fn condition_message(claim: &PersistentVolumeClaim, type_: &str) -> Option<String> {
+/// The claim's condition of `type_`.
+pub(crate) fn condition<'a>(
+    claim: &'a PersistentVolumeClaim,
+    type_: &str,
+) -> Option<&'a PersistentVolumeClaimCondition> {
     claim
         .status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == type_)?
-        .message
-        .clone()
+        .find(|c| c.type_ == type_)
+}
+
+pub(crate) fn condition_message(claim: &PersistentVolumeClaim, type_: &str) -> Option<String> {
+    condition(claim, type_)?.message.clone()
+}
+
+/// Sets `spec.csi.controllerExpandSecretRef` of `pv` to `default/<name>`.
+pub(crate) fn expand_secret(pv: &mut PersistentVolume, name: &str) {
+    pv.spec
+        .as_mut()
+        .unwrap()
+        .csi
+        .as_mut()
+        .unwrap()
+        .controller_expand_secret_ref = Some(SecretReference {
+        name: Some(name.into()),
+        namespace: Some("default".into()),
+    });
 }
 
 pub(crate) fn pv_capacity(pv: &PersistentVolume) -> String {
