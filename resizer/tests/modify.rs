@@ -16,6 +16,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use proto::csi::v1::ControllerModifyVolumeRequest;
 use serde_json::{Value, json};
+use testbed_cluster::apiserver::{ApiServer, Config};
 use testbed_mock_csi::{ControllerRpc, Fault, Method, MockDriverConfig, When};
 use testbed_support::wait::eventually;
 use tonic::Code;
@@ -386,6 +387,26 @@ async fn with_the_gate_off_a_driver_that_can_modify_only_expands() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_api_server_without_volume_attributes_classes_turns_the_gate_off() {
+    let server = ApiServer::with_config(Config {
+        disabled_resources: vec!["storage.k8s.io/v1/volumeattributesclasses".into()],
+        ..Config::default()
+    });
+    let cluster = Cluster::start_on(server, modify_driver(), |_| {}).await;
+    let mut resizer = cluster.resizer(&[]);
+    resizer
+        .wait_logged(
+            "storage.k8s.io/v1 does not serve VolumeAttributesClass: feature gate VolumeAttributesClass turned off",
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    resizer.wait_logged("modify: false", TIMEOUT).await.unwrap();
+    cluster.request("2Gi").await;
+    cluster.capacity_reaches("2Gi").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_driver_that_only_modifies_runs_the_modify_controller_alone() {
     let mut config = modify_driver();
     config
@@ -397,4 +418,81 @@ async fn a_driver_that_only_modifies_runs_the_modify_controller_alone() {
     let _resizer = cluster.resizer(&[]);
     set_class(&cluster, Some("gold")).await;
     applied(&cluster, "gold").await;
+}
+
+/// The `iops` of each ControllerModifyVolume so far.
+fn iops_sent(cluster: &Cluster) -> Vec<String> {
+    modify_requests(cluster)
+        .into_iter()
+        .map(|r| r.mutable_parameters["iops"].clone())
+        .collect()
+}
+
+/// Waits until `more` calls were made after the first `seen` and returns their `iops`.
+async fn next_calls(cluster: &Cluster, seen: usize, more: usize) -> Vec<String> {
+    eventually(&format!("{more} more modify calls"), TIMEOUT, async || {
+        let sent = iops_sent(cluster);
+        (sent.len() >= seen + more).then(|| sent[seen..].to_vec())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_uncertain_modification_keeps_its_target_across_a_new_spec_and_a_restart() {
+    let cluster = Cluster::start(modify_driver()).await;
+    create_class(&cluster, "gold", "3000").await;
+    create_class(&cluster, "silver", "6000").await;
+    cluster.driver.inject(Fault::error(
+        Method::ControllerModifyVolume,
+        Code::DeadlineExceeded,
+        "still working",
+    ));
+    let mut resizer = cluster.resizer(&[]);
+    set_class(&cluster, Some("gold")).await;
+    let claim = cluster
+        .claim_when("ModifyVolumeError DeadlineExceeded", |c| {
+            condition(c, "ModifyVolumeError").and_then(|c| c.reason.as_deref())
+                == Some("DeadlineExceeded")
+        })
+        .await;
+    assert_eq!(
+        modify_status(&claim),
+        Some(("InProgress".to_owned(), "gold".to_owned()))
+    );
+    assert_eq!(
+        condition_message(&claim, "ModifyingVolume").as_deref(),
+        Some("Modifying volume to \"gold\" is still in progress.")
+    );
+
+    // The driver may still be applying gold: the new spec waits.
+    set_class(&cluster, Some("silver")).await;
+    let seen = iops_sent(&cluster).len();
+    assert!(
+        next_calls(&cluster, seen, 3)
+            .await
+            .iter()
+            .all(|i| i == "3000")
+    );
+
+    // A new process treats the InProgress claim as uncertain too.
+    resizer.terminate().await.unwrap();
+    let _resizer = cluster.resizer(&[]);
+    let seen = iops_sent(&cluster).len();
+    assert!(
+        next_calls(&cluster, seen, 2)
+            .await
+            .iter()
+            .all(|i| i == "3000")
+    );
+
+    // Once gold is through, silver follows.
+    cluster.driver.clear_faults();
+    let claim = applied(&cluster, "silver").await;
+    assert_eq!(condition_types(&claim), Vec::<String>::new());
+    let sent = iops_sent(&cluster);
+    assert_eq!(
+        sent[sent.len() - 2..],
+        ["3000".to_owned(), "6000".to_owned()]
+    );
+    assert_eq!(volume_class(&cluster.volume().await), Some("silver"));
 }

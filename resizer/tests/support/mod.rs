@@ -55,8 +55,16 @@ impl Cluster {
         config: MockDriverConfig,
         pv_change: impl FnOnce(&mut PersistentVolume),
     ) -> Self {
+        Self::start_on(ApiServer::new(), config, pv_change).await
+    }
+
+    /// As [`Cluster::start_with_pv`], on `server`.
+    pub(crate) async fn start_on(
+        server: ApiServer,
+        config: MockDriverConfig,
+        pv_change: impl FnOnce(&mut PersistentVolume),
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let server = ApiServer::new();
         let listening = server.listen().await.unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         listening.write_kubeconfig(&kubeconfig).unwrap();
