@@ -7,6 +7,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
@@ -258,7 +259,7 @@ async fn a_class_created_later_is_applied_once_it_exists() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_transient_error_is_retried_towards_the_same_class() {
+async fn a_transient_error_is_retried_towards_the_same_class_and_both_calls_are_measured() {
     let cluster = Cluster::start(modify_driver()).await;
     create_class(&cluster, "gold", "3000").await;
     cluster.driver.inject(
@@ -269,7 +270,8 @@ async fn a_transient_error_is_retried_towards_the_same_class() {
         )
         .on(When::FirstN(1)),
     );
-    let _resizer = cluster.resizer(&[]);
+    let http = testbed_support::process::free_port().unwrap();
+    let _resizer = cluster.resizer(&[&format!("--http-endpoint={http}")]);
     set_class(&cluster, Some("gold")).await;
     applied(&cluster, "gold").await;
     assert_eq!(
@@ -277,6 +279,22 @@ async fn a_transient_error_is_retried_towards_the_same_class() {
         "rpc error: code = Unavailable desc = backend busy. Still modifying to VAC gold"
     );
     assert_eq!(modify_requests(&cluster).len(), 2);
+
+    let body = eventually("metrics", TIMEOUT, async || {
+        let response = testbed_support::http_client::get(http, "/metrics", Duration::from_secs(5))
+            .await
+            .ok()?;
+        (response.status == 200 && response.body.contains("ControllerModifyVolume"))
+            .then_some(response.body)
+    })
+    .await;
+    for series in [
+        r#"grpc_status_code="Unavailable",method_name="/csi.v1.Controller/ControllerModifyVolume""#,
+        r#"grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerModifyVolume""#,
+        r#"workqueue_retries_total{name="hostpath.csi.k8s.io-pvc"}"#,
+    ] {
+        assert!(body.contains(series), "{series} in\n{body}");
+    }
 }
 
 async fn create_secret(cluster: &Cluster, name: &str, value: &str) {
