@@ -71,9 +71,9 @@ pub(crate) struct Context<M> {
     stores: Stores,
     classes: Store<VolumeAttributesClass>,
     /// The slow set of infeasible classes and the claims this controller wrote.
-    state: State,
+    state: Arc<State>,
     /// Claims whose last call may still run on the driver: their target must not change.
-    uncertain: Mutex<HashSet<String>>,
+    uncertain: Arc<Mutex<HashSet<String>>>,
     recorder: EventRecorder,
 }
 
@@ -103,6 +103,8 @@ impl std::fmt::Debug for Handlers {
 struct Routing {
     queue: Arc<WorkQueue<String>>,
     stores: Stores,
+    state: Arc<State>,
+    uncertain: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Handlers {
@@ -114,7 +116,8 @@ impl Handlers {
     }
 
     /// add → queue; update → queue if [`decide::update_needs_sync`]; delete → forget the
-    /// backoff (upstream `addPVC`, `updatePVC`, `deletePVC`).
+    /// backoff (upstream `addPVC`, `updatePVC`, `deletePVC`) and, unlike upstream, what this
+    /// controller remembers of the claim (a claim created again under the name starts clean).
     pub(super) fn claim(&self, change: &Change<'_, PersistentVolumeClaim>) {
         let Some(routing) = self.routing() else {
             return;
@@ -130,7 +133,16 @@ impl Handlers {
                     routing.queue.add(key(new));
                 }
             }
-            Change::Deleted(pvc) => routing.queue.forget(&key(pvc)),
+            Change::Deleted(pvc) => {
+                let key = key(pvc);
+                routing.queue.forget(&key);
+                routing.state.forget(&key, None);
+                routing
+                    .uncertain
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&key);
+            }
         }
     }
 
@@ -192,19 +204,23 @@ pub(crate) async fn run<M: ModifyDriver>(
         .filter(|pvc| decide::uncertain_at_start(pvc))
         .map(|pvc| key(pvc))
         .collect();
+    let state = Arc::new(State::new(settings.retry_max));
+    let uncertain = Arc::new(Mutex::new(uncertain));
     let context = Arc::new(Context {
         client: deps.client,
         driver: deps.driver,
-        state: State::new(settings.retry_max),
+        state: Arc::clone(&state),
         settings,
         stores: stores.clone(),
         classes: deps.classes,
-        uncertain: Mutex::new(uncertain),
+        uncertain: Arc::clone(&uncertain),
         recorder: deps.recorder,
     });
     *handlers.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(Routing {
         queue: Arc::clone(&queue),
         stores: stores.clone(),
+        state,
+        uncertain,
     }));
     workers.spawn(
         &queue,
