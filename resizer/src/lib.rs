@@ -169,8 +169,11 @@ pub async fn run(
                     None => Ok(()),
                 }
             };
-            let (resize, modify) = tokio::join!(resize, modify);
-            resize.and(modify).map_err(RunError::Controller)
+            // A failed controller ends the run (and the other with it), as a crashed
+            // goroutine ends upstream's process.
+            tokio::try_join!(resize, modify)
+                .map(|((), ())| ())
+                .map_err(RunError::Controller)
         })
         .await;
     background.shutdown().await;
