@@ -1,13 +1,9 @@
 //! Command-line flags of csi-resizer (names, types and defaults as upstream v2.2, spec
 //! sidecars.md §2.1 and §5.1) and their validation into a [`Config`].
 //!
-//! Every upstream flag parses. A value that would turn on a feature this resizer does not
-//! implement yet (the metadata of the modify controller with `--extra-modify-metadata=true`)
-//! is refused with
-//! [`ConfigError::Unsupported`] (exit 2), so a manifest never runs with a feature silently
-//! missing. The modify controller itself runs upstream only for a driver with MODIFY_VOLUME, so
-//! the `VolumeAttributesClass` gate is checked against the driver at start-up (`crate::mode`):
-//! such a driver is refused unless the gate is `false`.
+//! Every upstream flag parses and every feature it turns on is implemented (CSI migration of
+//! in-tree volumes aside, which no flag turns on). The `VolumeAttributesClass` gate stays
+//! `None` when not given: start-up then asks discovery (`crate::discovery`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -111,15 +107,6 @@ impl Gates {
 /// A flag combination that parses but cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// A flag turns on a feature this resizer does not implement yet (exit 2, like a usage
-    /// error: the manifest asks for something this binary cannot do).
-    #[error("{flag}: {feature} is not supported yet by this csi-resizer")]
-    Unsupported {
-        /// The flag as the user would write it, e.g. `--extra-modify-metadata=true`.
-        flag: &'static str,
-        /// The feature it would enable.
-        feature: &'static str,
-    },
     /// A shared flag (see [`SettingsError`]).
     #[error(transparent)]
     Common(#[from] SettingsError),
@@ -139,11 +126,9 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// The exit code: 2 for an unsupported feature, 1 for the rest (upstream exits 1 after
-    /// parsing).
+    /// The exit code: a shared flag's own, else 1 (upstream exits 1 after parsing).
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Unsupported { .. } => 2,
             Self::Common(err) => err.exit_code(),
             Self::NoWorkers(_) | Self::RetryIntervals { .. } => 1,
         }
@@ -170,6 +155,9 @@ pub struct Config {
     /// `--handle-volume-inuse-error`: after FAILED_PRECONDITION (and for an offline-only
     /// driver) the driver is not called while a pod uses the claim.
     pub handle_volume_inuse_error: bool,
+    /// `--extra-modify-metadata`: claim and PV names in ControllerModifyVolume's
+    /// `mutable_parameters`.
+    pub extra_modify_metadata: bool,
     /// Warnings to log once logging is up.
     pub warnings: Vec<String>,
 }
@@ -179,7 +167,6 @@ impl TryFrom<Args> for Config {
 
     fn try_from(args: Args) -> Result<Self, ConfigError> {
         let gates = Gates::from_merged(&FeatureGates::merge(&args.feature_gates));
-        refuse_unsupported(&args)?;
         let common = CommonSettings::from_args(&args.common, Some(&args.master))?;
         let workers = usize::try_from(args.workers)
             .ok()
@@ -205,21 +192,10 @@ impl TryFrom<Args> for Config {
             resync: args.resync_period,
             gates,
             handle_volume_inuse_error: args.handle_volume_inuse_error,
+            extra_modify_metadata: args.extra_modify_metadata,
             warnings,
         })
     }
-}
-
-/// Refuses the flags that would turn on a feature this resizer does not implement yet.
-fn refuse_unsupported(args: &Args) -> Result<(), ConfigError> {
-    let unsupported = |flag, feature| Err(ConfigError::Unsupported { flag, feature });
-    if args.extra_modify_metadata {
-        return unsupported(
-            "--extra-modify-metadata=true",
-            "VolumeAttributesClass modification (the modify controller)",
-        );
-    }
-    Ok(())
 }
 
 fn unknown_gates(args: &Args) -> impl Iterator<Item = String> {

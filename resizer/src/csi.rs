@@ -1,13 +1,14 @@
-//! ControllerExpandVolume behind the [`ExpandDriver`] seam: over the driver connection
-//! ([`TonicDriver`]) or, in tests, a scripted fake.
+//! ControllerExpandVolume and ControllerModifyVolume behind the [`ExpandDriver`] and
+//! [`ModifyDriver`] seams: over the driver connection ([`TonicDriver`]) or, in tests, a
+//! scripted fake.
 
 use std::future::Future;
 use std::time::Duration;
 
 use csi_common::connection::Connection;
 use csi_common::status::CsiError;
-use proto::csi::v1::ControllerExpandVolumeRequest;
 use proto::csi::v1::controller_client::ControllerClient;
+use proto::csi::v1::{ControllerExpandVolumeRequest, ControllerModifyVolumeRequest};
 
 use crate::error::ExpandError;
 
@@ -74,6 +75,26 @@ impl ExpandDriver for TonicDriver {
             capacity: response.capacity_bytes,
             node_expansion_required: response.node_expansion_required,
         })
+    }
+}
+
+/// external-resizer's `modifier.Modify`.
+pub(crate) trait ModifyDriver: Send + Sync + 'static {
+    /// ControllerModifyVolume (its response has no fields).
+    fn modify(
+        &self,
+        request: ControllerModifyVolumeRequest,
+    ) -> impl Future<Output = Result<(), CsiError>> + Send;
+}
+
+impl ModifyDriver for TonicDriver {
+    async fn modify(&self, request: ControllerModifyVolumeRequest) -> Result<(), CsiError> {
+        let mut request = tonic::Request::new(request);
+        request.set_timeout(self.timeout);
+        ControllerClient::new(self.connection.channel())
+            .controller_modify_volume(request)
+            .await?;
+        Ok(())
     }
 }
 

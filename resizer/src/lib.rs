@@ -2,20 +2,24 @@
 //! ControllerExpandVolume when a bound claim asks for more storage (or, after a failure, for
 //! less again), then updates the PV capacity and the claim's status. A drop-in replacement for
 //! kubernetes-csi/external-resizer (spec sidecars.md §2), with the expand-and-recover flow of
-//! `RecoverVolumeExpansionFailure` (and the legacy flow without it) and the in-use gate
-//! without a cluster-wide Pod informer; the modify controller is not implemented yet.
+//! `RecoverVolumeExpansionFailure` (and the legacy flow without it), the in-use gate without a
+//! cluster-wide Pod informer, and calls ControllerModifyVolume when a claim's
+//! VolumeAttributesClass changes (the modify controller).
 //!
-//! Decisions are pure functions over cached objects (`mode`, `decide`, `transition`, `patch`,
-//! `request`, `error`, `inuse`); `controller` carries them out. [`run`] is the whole process after flag
+//! Decisions are pure functions over cached objects (`mode`, `discovery`, `decide`,
+//! `transition`, `patch`, `request`, `error`, `inuse`, `modify`); `controller` carries them
+//! out. [`run`] is the whole process after flag
 //! parsing, on csi-common's `Sidecar`.
 
 pub mod args;
 mod controller;
 mod csi;
 mod decide;
+mod discovery;
 mod error;
 mod inuse;
 mod mode;
+mod modify;
 mod names;
 mod patch;
 mod request;
@@ -25,6 +29,7 @@ use std::future::Future;
 
 use csi_common::events::EventRecorder;
 use csi_common::sidecar::{self, Sidecar, SidecarConfig};
+use futures::FutureExt;
 
 pub use csi_common::sidecar::Environment;
 
@@ -43,7 +48,7 @@ pub enum RunError {
     /// NodeGetCapabilities failed.
     #[error("cannot read the CSI driver's node capabilities")]
     NodeCapabilities(#[source] csi_common::identity::Error),
-    /// The driver cannot be served, or needs what is not implemented yet.
+    /// The driver cannot be served.
     #[error(transparent)]
     Mode(#[from] ModeError),
     /// A controller worker stopped unexpectedly.
@@ -61,8 +66,7 @@ impl RunError {
         }
     }
 
-    /// Upstream's exit code: csi-resizer exits 1 on every fatal error; a driver that needs a
-    /// feature not implemented yet exits 2, like such a flag.
+    /// Upstream's exit code: csi-resizer exits 1 on every fatal error.
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Sidecar(err) => err.exit_code(1),
@@ -94,16 +98,85 @@ pub async fn run(
     } else {
         None
     };
-    let resizer = mode::choose(
+    let volume_attributes_class =
+        discovery::volume_attributes_class(&sidecar.client, config.gates.volume_attributes_class)
+            .await;
+    let mode = mode::choose(
         DriverCaps {
             plugin: &driver.plugin,
             controller: &driver.controller,
             node_expansion,
         },
-        config.gates.volume_attributes_class,
+        volume_attributes_class,
     )?;
-    tracing::info!(driver = driver.name, ?resizer, "resize controller starting");
-    let settings = Settings {
+    tracing::info!(driver = driver.name, ?mode, "controllers starting");
+    let (stores, informers, handlers) = controller::stores(&sidecar.client);
+    let mut background = tokio::task::JoinSet::new();
+    for informer in informers {
+        background.spawn(informer);
+    }
+    let (recorder, writer) =
+        EventRecorder::new(sidecar.client.clone(), names::event_component(&driver.name));
+    background.spawn(writer);
+    let resize = mode.resizer.map(|resizer| Deps {
+        client: sidecar.client.clone(),
+        driver: TonicDriver::new(sidecar.connection.clone(), config.timeout),
+        settings: resize_settings(&config, driver, resizer),
+        stores: stores.clone(),
+        recorder: recorder.clone(),
+        metrics: sidecar.workqueue_metrics.clone(),
+    });
+    let modify = mode.modify.then(|| {
+        let (classes, task) = controller::modify::classes(&sidecar.client, handlers.modify());
+        background.spawn(task);
+        controller::modify::Deps {
+            client: sidecar.client.clone(),
+            driver: TonicDriver::new(sidecar.connection.clone(), config.timeout),
+            settings: controller::modify::Settings {
+                driver: driver.name.clone(),
+                extra_metadata: config.extra_modify_metadata,
+                workers: config.workers,
+                retry_start: config.retry_start,
+                retry_max: config.retry_max,
+                resync: config.resync,
+            },
+            stores,
+            classes,
+            recorder,
+            metrics: sidecar.workqueue_metrics.clone(),
+        }
+    });
+    let result = sidecar
+        .run(|stop| async move {
+            let stop = stop.boxed().shared();
+            let resize = async {
+                match resize {
+                    Some(deps) => controller::run(deps, &handlers, stop.clone()).await,
+                    None => Ok(()),
+                }
+            };
+            let modify = async {
+                match modify {
+                    Some(deps) => {
+                        controller::modify::run(deps, handlers.modify(), stop.clone()).await
+                    }
+                    None => Ok(()),
+                }
+            };
+            // A failed controller ends the run (and the other with it), as a crashed
+            // goroutine ends upstream's process.
+            tokio::try_join!(resize, modify)
+                .map(|((), ())| ())
+                .map_err(RunError::Controller)
+        })
+        .await;
+    background.shutdown().await;
+    result
+}
+
+/// The resize controller's settings from the flags and the driver's capabilities.
+fn resize_settings(config: &Config, driver: &sidecar::Driver, resizer: mode::Resizer) -> Settings {
+    Settings {
         driver: driver.name.clone(),
         resizer,
         capabilities: driver.controller.clone(),
@@ -118,30 +191,5 @@ pub async fn run(
         } else {
             Flow::Legacy
         },
-    };
-    let (stores, informers, handlers) = controller::stores(&sidecar.client);
-    let mut background = tokio::task::JoinSet::new();
-    for informer in informers {
-        background.spawn(informer);
     }
-    let (recorder, writer) =
-        EventRecorder::new(sidecar.client.clone(), names::event_component(&driver.name));
-    background.spawn(writer);
-    let deps = Deps {
-        client: sidecar.client.clone(),
-        driver: TonicDriver::new(sidecar.connection.clone(), config.timeout),
-        settings,
-        stores,
-        recorder,
-        metrics: sidecar.workqueue_metrics.clone(),
-    };
-    let result = sidecar
-        .run(|stop| async move {
-            controller::run(deps, &handlers, stop)
-                .await
-                .map_err(RunError::Controller)
-        })
-        .await;
-    background.shutdown().await;
-    result
 }

@@ -1,5 +1,5 @@
-//! Which resizer the driver gets (spec sidecars.md §2.2 steps 5-7): a pure function of the
-//! driver's capabilities and the `VolumeAttributesClass` gate.
+//! Which controllers the driver gets (spec sidecars.md §2.2 steps 5-8): a pure function of
+//! the driver's capabilities and the `VolumeAttributesClass` gate (as given or as discovered).
 
 use csi_common::capabilities::{ControllerCapabilities, PluginCapabilities};
 
@@ -23,23 +23,24 @@ pub enum ModeError {
     /// "does not support resize nor modify").
     #[error("CSI driver neither supports controller resize nor modify")]
     NeitherResizeNorModify,
-    /// MODIFY_VOLUME with the `VolumeAttributesClass` gate not turned off: upstream would run
-    /// the modify controller, which this resizer does not have yet.
-    #[error(
-        "the CSI driver supports ControllerModifyVolume, but VolumeAttributesClass modification is not supported yet by this csi-resizer; set --feature-gates=VolumeAttributesClass=false to run volume expansion only"
-    )]
-    ModifyNotSupportedYet,
 }
 
 impl ModeError {
-    /// Exit code: 2 for a feature not implemented yet (as for flags), 1 for upstream's fatal
-    /// errors.
+    /// Exit code: upstream exits 1 on both.
     pub fn exit_code(self) -> u8 {
         match self {
-            Self::ModifyNotSupportedYet => 2,
             Self::NoControllerService | Self::NeitherResizeNorModify => 1,
         }
     }
+}
+
+/// The controllers that run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mode {
+    /// The resize controller and its resizer, if the driver can expand at all.
+    pub(crate) resizer: Option<Resizer>,
+    /// The modify controller: MODIFY_VOLUME and the `VolumeAttributesClass` gate on.
+    pub(crate) modify: bool,
 }
 
 /// The capabilities that decide the mode. `node_expansion` is NodeGetCapabilities'
@@ -61,25 +62,28 @@ pub(crate) fn needs_node_capabilities(
     plugin.has_controller_service() && !controller.has_expand_volume()
 }
 
-/// The resizer for the driver; `volume_attributes_class` is the gate as given (`None`: unset,
-/// upstream default on).
+/// The controllers for the driver; `volume_attributes_class` is the gate after discovery
+/// (`crate::discovery`). A modify-only driver runs the modify controller alone (upstream
+/// #545); with the gate off it has nothing to run.
 pub(crate) fn choose(
     caps: DriverCaps<'_>,
-    volume_attributes_class: Option<bool>,
-) -> Result<Resizer, ModeError> {
+    volume_attributes_class: bool,
+) -> Result<Mode, ModeError> {
     if !caps.plugin.has_controller_service() {
         return Err(ModeError::NoControllerService);
     }
-    if caps.controller.has_modify_volume() && volume_attributes_class != Some(false) {
-        return Err(ModeError::ModifyNotSupportedYet);
-    }
-    if caps.controller.has_expand_volume() {
-        Ok(Resizer::Csi)
+    let resizer = if caps.controller.has_expand_volume() {
+        Some(Resizer::Csi)
     } else if caps.node_expansion == Some(true) {
-        Ok(Resizer::Trivial)
+        Some(Resizer::Trivial)
     } else {
-        Err(ModeError::NeitherResizeNorModify)
+        None
+    };
+    let modify = caps.controller.has_modify_volume() && volume_attributes_class;
+    if resizer.is_none() && !modify {
+        return Err(ModeError::NeitherResizeNorModify);
     }
+    Ok(Mode { resizer, modify })
 }
 
 #[cfg(test)]
@@ -123,65 +127,74 @@ mod tests {
         bool,
         &'static [Ctrl],
         Option<bool>,
-        Option<bool>,
-        Result<Resizer, ModeError>,
+        bool,
+        Result<Mode, ModeError>,
     );
 
     #[test]
     fn the_capability_matrix_matches_upstream() {
         use Ctrl::{ExpandVolume, ModifyVolume};
+        let mode = |resizer, modify| Ok(Mode { resizer, modify });
+        let csi = Some(Resizer::Csi);
         let cases: [Case; 11] = [
-            (true, &[ExpandVolume], None, Some(false), Ok(Resizer::Csi)),
-            (true, &[ExpandVolume], None, None, Ok(Resizer::Csi)),
-            (true, &[], Some(true), None, Ok(Resizer::Trivial)),
+            (true, &[ExpandVolume], None, false, mode(csi, false)),
+            (true, &[ExpandVolume], None, true, mode(csi, false)),
+            (
+                true,
+                &[],
+                Some(true),
+                true,
+                mode(Some(Resizer::Trivial), false),
+            ),
             (
                 true,
                 &[],
                 Some(false),
-                None,
+                true,
                 Err(ModeError::NeitherResizeNorModify),
             ),
             (
                 false,
                 &[ExpandVolume],
                 None,
-                None,
+                true,
                 Err(ModeError::NoControllerService),
             ),
             (
                 false,
                 &[],
                 Some(true),
-                None,
+                true,
                 Err(ModeError::NoControllerService),
             ),
             (
                 true,
                 &[ExpandVolume, ModifyVolume],
                 None,
-                None,
-                Err(ModeError::ModifyNotSupportedYet),
+                true,
+                mode(csi, true),
             ),
             (
                 true,
                 &[ExpandVolume, ModifyVolume],
                 None,
-                Some(false),
-                Ok(Resizer::Csi),
+                false,
+                mode(csi, false),
             ),
+            // Modify without any expansion (upstream #545).
+            (true, &[ModifyVolume], Some(false), true, mode(None, true)),
             (
                 true,
-                &[ExpandVolume, ModifyVolume],
-                None,
+                &[ModifyVolume],
                 Some(true),
-                Err(ModeError::ModifyNotSupportedYet),
+                true,
+                mode(Some(Resizer::Trivial), true),
             ),
-            (true, &[ExpandVolume], None, Some(true), Ok(Resizer::Csi)),
             (
                 true,
                 &[ModifyVolume],
                 Some(false),
-                Some(false),
+                false,
                 Err(ModeError::NeitherResizeNorModify),
             ),
         ];
@@ -208,8 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn exit_codes_tell_unsupported_from_fatal() {
-        assert_eq!(ModeError::ModifyNotSupportedYet.exit_code(), 2);
+    fn exit_codes_are_upstreams() {
         assert_eq!(ModeError::NoControllerService.exit_code(), 1);
         assert_eq!(ModeError::NeitherResizeNorModify.exit_code(), 1);
     }

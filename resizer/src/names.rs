@@ -78,6 +78,44 @@ pub(crate) mod reason {
     pub(crate) const FILE_SYSTEM_RESIZE_REQUIRED: &str = "FileSystemResizeRequired";
 }
 
+/// The modify controller's strings (spec sidecars.md §2.3, §2.5; external-resizer
+/// `pkg/modifycontroller`, `pkg/util`).
+pub(crate) mod modify {
+    /// PVC condition: a ControllerModifyVolume is in progress (or failed and is retried).
+    pub(crate) const MODIFYING_VOLUME: &str = "ModifyingVolume";
+    /// PVC condition: the last ControllerModifyVolume failed; reason = the gRPC code name.
+    pub(crate) const MODIFY_VOLUME_ERROR: &str = "ModifyVolumeError";
+    /// The two modify condition types, removed together on success.
+    pub(crate) const CONDITIONS: [&str; 2] = [MODIFYING_VOLUME, MODIFY_VOLUME_ERROR];
+
+    /// `status.modifyVolumeStatus.status`: the target class does not exist yet.
+    pub(crate) const PENDING: &str = "Pending";
+    /// `status.modifyVolumeStatus.status`: the driver is (or may be) modifying.
+    pub(crate) const IN_PROGRESS: &str = "InProgress";
+    /// `status.modifyVolumeStatus.status`: the driver said InvalidArgument.
+    pub(crate) const INFEASIBLE: &str = "Infeasible";
+
+    /// `--extra-modify-metadata` keys of `mutable_parameters` (external-resizer
+    /// `modify_volume.go` `pvcNameKey`, `pvcNamespaceKey`, `pvNameKey`).
+    pub(crate) const PVC_NAME_KEY: &str = "csi.storage.k8s.io/pvc/name";
+    /// See [`PVC_NAME_KEY`].
+    pub(crate) const PVC_NAMESPACE_KEY: &str = "csi.storage.k8s.io/pvc/namespace";
+    /// See [`PVC_NAME_KEY`].
+    pub(crate) const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
+
+    /// Event reasons (external-resizer `util.VolumeModify*`).
+    pub(crate) mod reason {
+        /// Normal, before the first call for a new target.
+        pub(crate) const VOLUME_MODIFY: &str = "VolumeModify";
+        /// Normal, the driver modified the volume.
+        pub(crate) const VOLUME_MODIFY_SUCCESSFUL: &str = "VolumeModifySuccessful";
+        /// Warning, the call failed or the class does not exist.
+        pub(crate) const VOLUME_MODIFY_FAILED: &str = "VolumeModifyFailed";
+        /// Normal, the user rolled the class back to none.
+        pub(crate) const VOLUME_MODIFY_CANCELED: &str = "VolumeModifyCanceled";
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use csi_common::leader;

@@ -89,6 +89,7 @@ pub(crate) fn pvc_status(
             status.insert(field.into(), diff);
         }
     }
+    modify_fields(os, ns, &mut status);
     let (oc, nc) = (
         os.conditions.as_deref().unwrap_or_default(),
         ns.conditions.as_deref().unwrap_or_default(),
@@ -120,6 +121,47 @@ pub(crate) fn pvc_status(
         patch.insert("status".into(), Value::Object(status));
     }
     Value::Object(patch)
+}
+
+/// The modify controller's status fields: `currentVolumeAttributesClassName` as a value, and
+/// `modifyVolumeStatus` field by field (`null` when it goes), as a two-way merge patch of the
+/// struct has them.
+fn modify_fields(
+    old: &k8s_openapi::api::core::v1::PersistentVolumeClaimStatus,
+    new: &k8s_openapi::api::core::v1::PersistentVolumeClaimStatus,
+    status: &mut Map<String, Value>,
+) {
+    if old.current_volume_attributes_class_name != new.current_volume_attributes_class_name {
+        status.insert(
+            "currentVolumeAttributesClassName".into(),
+            json!(new.current_volume_attributes_class_name),
+        );
+    }
+    match (&old.modify_volume_status, &new.modify_volume_status) {
+        (a, b) if a == b => {}
+        (_, None) => {
+            status.insert("modifyVolumeStatus".into(), Value::Null);
+        }
+        (old, Some(new)) => {
+            let mut diff = Map::new();
+            if old.as_ref().map(|o| &o.status) != Some(&new.status) {
+                diff.insert("status".into(), json!(new.status));
+            }
+            let target = |s: &k8s_openapi::api::core::v1::ModifyVolumeStatus| {
+                s.target_volume_attributes_class_name.clone()
+            };
+            if old.as_ref().map(target) != Some(target(new)) {
+                diff.insert("targetVolumeAttributesClassName".into(), json!(target(new)));
+            }
+            status.insert("modifyVolumeStatus".into(), Value::Object(diff));
+        }
+    }
+}
+
+/// PV `spec.volumeAttributesClassName` = `class` (the modify controller's success, written
+/// before the claim's status).
+pub(crate) fn pv_volume_attributes_class(class: &str) -> Value {
+    json!({ "spec": { "volumeAttributesClassName": class } })
 }
 
 /// PV `spec.capacity.storage` = `size` (binary SI, as `resource.NewQuantity(.., BinarySI)`),

@@ -28,6 +28,14 @@ fn defaults_match_upstream() {
 
     let config = Config::try_from(args).unwrap();
     assert_eq!(config.workers, 10);
+    assert!(!config.extra_modify_metadata);
+    for argv in [
+        &["--extra-modify-metadata"],
+        &["--extra-modify-metadata=true"],
+    ] {
+        let parsed = Config::try_from(parse(argv).unwrap()).unwrap();
+        assert!(parsed.extra_modify_metadata, "{argv:?}");
+    }
     assert_eq!(config.timeout, Duration::from_secs(10));
     assert_eq!(config.resync, Duration::from_mins(10));
     assert_eq!(
@@ -131,7 +139,7 @@ fn feature_gates_follow_component_base() {
             0,
         ),
         (
-            // Accepted here; refused at start-up only for a driver that can modify.
+            // Set explicitly: discovery is not asked.
             &["--feature-gates=VolumeAttributesClass=true"],
             Gates {
                 annotate_fs_resize: true,
@@ -162,17 +170,16 @@ fn feature_gates_follow_component_base() {
 }
 
 #[test]
-fn features_not_implemented_yet_are_refused_with_exit_2() {
-    for (argv, feature) in [
-        (&["--extra-modify-metadata"][..], "modify"),
-        (&["--extra-modify-metadata=true"], "modify"),
-    ] {
-        let err = config(argv).unwrap_err();
-        assert_eq!(err.exit_code(), 2, "{argv:?}: {err}");
-        let message = err.to_string();
-        assert!(message.contains("not supported yet"), "{message}");
-        assert!(message.contains(feature), "{message}");
-    }
+fn the_legacy_flow_and_extra_modify_metadata_are_accepted() {
+    let config = config(&[
+        "--feature-gates=RecoverVolumeExpansionFailure=false",
+        "--extra-modify-metadata",
+        "--handle-volume-inuse-error=false",
+    ])
+    .unwrap();
+    assert!(!config.gates.recover_volume_expansion_failure);
+    assert!(config.extra_modify_metadata);
+    assert!(!config.handle_volume_inuse_error);
 }
 
 #[test]

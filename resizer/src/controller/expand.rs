@@ -11,8 +11,6 @@ use csi_common::quote::go_quote;
 use csi_common::secrets::{self, SecretRef};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
 
 use super::{Context, Flow, legacy};
 use crate::csi::{ExpandDriver, Expanded};
@@ -351,48 +349,14 @@ pub(super) fn failure_message<D>(ctx: &Context<D>, pv_name: &str, err: &ExpandEr
     )
 }
 
-/// Writes the claim's status from `old` to `new` through `/status`; the written claim, or the
-/// outcome when the write failed (a conflict is retried quietly: the cache was stale).
+/// Writes the claim's status from `old` to `new` (`super::write::claim_status`).
 pub(super) async fn write_status<D>(
     ctx: &Context<D>,
     old: &PersistentVolumeClaim,
     new: &PersistentVolumeClaim,
     resource_version_check: bool,
 ) -> Result<PersistentVolumeClaim, Outcome> {
-    let body = patch::pvc_status(old, new, resource_version_check);
-    if body.get("status").is_none() && body.pointer("/metadata/annotations").is_none() {
-        return Ok(new.clone());
-    }
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(
-        ctx.client.clone(),
-        old.metadata.namespace.as_deref().unwrap_or_default(),
-    );
-    let name = old.metadata.name.as_deref().unwrap_or_default();
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
-        .await
-    {
-        Ok(written) => {
-            let key = format!(
-                "{}/{name}",
-                old.metadata.namespace.as_deref().unwrap_or_default()
-            );
-            ctx.state.set_claim(&key, written.clone());
-            Ok(written)
-        }
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            tracing::debug!(pvc = name, "conflict writing the claim status: retrying");
-            Err(Outcome::Retry)
-        }
-        Err(err) => {
-            tracing::warn!(
-                pvc = name,
-                error = error_chain(&err),
-                "cannot update the claim status"
-            );
-            Err(Outcome::Retry)
-        }
-    }
+    super::write::claim_status(&ctx.client, &ctx.state, old, new, resource_version_check).await
 }
 
 async fn patch_volume<D>(
@@ -400,8 +364,5 @@ async fn patch_volume<D>(
     pv: &PersistentVolume,
     body: serde_json::Value,
 ) -> Result<Arc<PersistentVolume>, kube::Error> {
-    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    api.patch(name(pv), &PatchParams::default(), &Patch::Strategic(body))
-        .await
-        .map(Arc::new)
+    super::write::volume(&ctx.client, name(pv), body).await
 }

@@ -4,8 +4,10 @@
 
 mod expand;
 mod legacy;
+pub(crate) mod modify;
 mod pods;
 mod state;
+mod write;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -121,9 +123,10 @@ pub(crate) fn stores(client: &Client) -> (Stores, Vec<InformerTask>, StoreHandle
 }
 
 /// The PVC informer's event handlers; they do nothing until [`run`] connects them to the
-/// queue, so the caches can fill while the sidecar waits for the Lease.
+/// queue, so the caches can fill while the sidecar waits for the Lease. The second field
+/// routes to the modify controller's queue, connected by [`modify::run`].
 #[derive(Clone, Default)]
-pub(crate) struct StoreHandlers(Arc<Mutex<Option<Arc<Routing>>>>);
+pub(crate) struct StoreHandlers(Arc<Mutex<Option<Arc<Routing>>>>, modify::Handlers);
 
 impl std::fmt::Debug for StoreHandlers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -139,6 +142,11 @@ struct Routing {
 }
 
 impl StoreHandlers {
+    /// The modify controller's handlers.
+    pub(crate) fn modify(&self) -> &modify::Handlers {
+        &self.1
+    }
+
     fn connect(&self, routing: Routing) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(routing));
     }
@@ -165,6 +173,7 @@ impl StoreHandlers {
     /// add → queue; update → queue if [`decide::update_needs_sync`]; delete → forget its
     /// backoff and memory.
     fn claim(&self, change: &Change<'_, PersistentVolumeClaim>) {
+        self.1.claim(change);
         let Some(routing) = self
             .0
             .lock()
@@ -258,20 +267,27 @@ pub(crate) async fn run<D: ExpandDriver>(
         state,
         pods,
     });
-    resync(&stores, &queue);
     workers.spawn(
         &queue,
         context.settings.workers,
         &context,
         |ctx, key| async move { expand::sync(&ctx, &key).await },
     );
+    drive(workers, queue, stores, context.settings.resync, stop).await
+}
+
+/// The end of both controllers' `run`: every cached claim queued once, the periodic resync,
+/// and the workers until `stop`.
+async fn drive(
+    workers: Workers,
+    queue: Arc<WorkQueue<String>>,
+    stores: Stores,
+    every: Duration,
+    stop: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
+) -> controller::Result<()> {
+    resync(&stores, &queue);
     let mut background = tokio::task::JoinSet::new();
-    background.spawn(resync_loop(
-        stores,
-        Arc::clone(&queue),
-        context.settings.resync,
-        stop.clone(),
-    ));
+    background.spawn(resync_loop(stores, queue, every, stop.clone()));
     let result = workers.run_until(stop).await;
     background.shutdown().await;
     result

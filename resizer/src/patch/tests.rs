@@ -137,3 +137,44 @@ fn pv_patches() {
         json!({"metadata": {"annotations": {names::PRE_RESIZE_CAPACITY: null}}})
     );
 }
+
+#[test]
+fn modify_status_fields_are_patched_field_by_field() {
+    use k8s_openapi::api::core::v1::ModifyVolumeStatus;
+    let before = pvc(vec![]);
+    let mut started = before.clone();
+    started.status.as_mut().unwrap().modify_volume_status = Some(ModifyVolumeStatus {
+        status: "InProgress".into(),
+        target_volume_attributes_class_name: Some("gold".into()),
+    });
+    assert_eq!(
+        pvc_status(&before, &started, true),
+        json!({"metadata": {"resourceVersion": "7"},
+               "status": {"modifyVolumeStatus": {"status": "InProgress", "targetVolumeAttributesClassName": "gold"}}})
+    );
+    let mut infeasible = started.clone();
+    infeasible
+        .status
+        .as_mut()
+        .unwrap()
+        .modify_volume_status
+        .as_mut()
+        .unwrap()
+        .status = "Infeasible".into();
+    assert_eq!(
+        pvc_status(&started, &infeasible, false),
+        json!({"status": {"modifyVolumeStatus": {"status": "Infeasible"}}})
+    );
+    let mut done = infeasible.clone();
+    let status = done.status.as_mut().unwrap();
+    status.modify_volume_status = None;
+    status.current_volume_attributes_class_name = Some("gold".into());
+    assert_eq!(
+        pvc_status(&infeasible, &done, false),
+        json!({"status": {"currentVolumeAttributesClassName": "gold", "modifyVolumeStatus": null}})
+    );
+    assert_eq!(
+        pv_volume_attributes_class("gold"),
+        json!({"spec": {"volumeAttributesClassName": "gold"}})
+    );
+}

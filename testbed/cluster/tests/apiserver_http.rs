@@ -1053,3 +1053,42 @@ async fn deleting_a_namespace_removes_its_content_and_then_itself() {
     }
     assert_eq!(get(&s, "/api/v1/namespaces/fixtures").await.status, 404);
 }
+
+#[tokio::test]
+async fn a_disabled_resource_is_absent_from_discovery_and_its_paths_are_unknown() {
+    use testbed_cluster::apiserver::Config;
+    let server = ApiServer::with_config(Config {
+        disabled_resources: vec!["storage.k8s.io/v1/volumeattributesclasses".into()],
+        ..Config::default()
+    });
+    let kinds = |reply: &Reply| -> Vec<String> {
+        reply.json()["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["kind"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let list = get(&server, "/apis/storage.k8s.io/v1").await;
+    assert_eq!(list.status, 200);
+    assert!(kinds(&list).contains(&"StorageClass".to_owned()));
+    assert!(!kinds(&list).contains(&"VolumeAttributesClass".to_owned()));
+    let aggregated = send_with(
+        &server,
+        "GET",
+        "/apis",
+        &[(
+            "accept",
+            Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"),
+        )],
+        "",
+    )
+    .await;
+    assert!(aggregated.body.contains("\"storageclasses\""));
+    assert!(!aggregated.body.contains("volumeattributesclasses"));
+    let missing = get(&server, "/apis/storage.k8s.io/v1/volumeattributesclasses").await;
+    assert_eq!(missing.status, 404);
+    // The default server serves it.
+    let default = get(&ApiServer::new(), "/apis/storage.k8s.io/v1").await;
+    assert!(kinds(&default).contains(&"VolumeAttributesClass".to_owned()));
+}

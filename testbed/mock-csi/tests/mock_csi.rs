@@ -709,3 +709,60 @@ async fn the_binary_serves_the_configured_name_and_exits_cleanly_on_sigterm() {
     assert_eq!(status.code(), Some(0), "{status}");
     assert!(!path.exists(), "socket removed on exit");
 }
+
+#[tokio::test]
+async fn modify_volume_is_advertised_only_when_configured_and_keeps_the_mutable_parameters() {
+    use csi::controller_service_capability::{Type as CapType, rpc::Type as Rpc};
+    let advertises_modify = async |c: &mut Clients| {
+        c.controller
+            .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .capabilities
+            .iter()
+            .any(|cap| {
+                matches!(&cap.r#type, Some(CapType::Rpc(rpc)) if rpc.r#type == Rpc::ModifyVolume as i32)
+            })
+    };
+    let request = |parameters: &[(&str, &str)]| csi::ControllerModifyVolumeRequest {
+        volume_id: "static-1".into(),
+        mutable_parameters: parameters
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..Default::default()
+    };
+
+    let (_plain, mut c) = start(MockDriverConfig::default()).await;
+    assert!(!advertises_modify(&mut c).await);
+    let err = c
+        .controller
+        .controller_modify_volume(request(&[("iops", "3000")]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unimplemented);
+
+    let mut config = MockDriverConfig::default();
+    config
+        .controller_capabilities
+        .push(ControllerRpc::ModifyVolume);
+    let (driver, mut c) = start(config).await;
+    assert!(advertises_modify(&mut c).await);
+    driver.insert_volume(MockVolume::new("static-1", GI));
+    c.controller
+        .controller_modify_volume(request(&[("iops", "3000")]))
+        .await
+        .unwrap();
+    assert_eq!(
+        driver.volume("static-1").unwrap().mutable_parameters,
+        [("iops".to_owned(), "3000".to_owned())].into()
+    );
+    // CSI spec: mutable_parameters is REQUIRED.
+    let err = c
+        .controller
+        .controller_modify_volume(request(&[]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+}

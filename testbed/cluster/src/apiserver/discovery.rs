@@ -116,9 +116,9 @@ fn aggregated_response(version: &str, items: &[String]) -> Response {
 }
 
 /// GET /api.
-pub(crate) fn api(headers: &HeaderMap) -> Response {
+pub(crate) fn api(headers: &HeaderMap, disabled: &[String]) -> Response {
     if let Some(v) = aggregated(headers) {
-        return aggregated_response(v, &[discovery_group("")]);
+        return aggregated_response(v, &[discovery_group("", disabled)]);
     }
     let host = headers
         .get(header::HOST)
@@ -153,10 +153,13 @@ fn api_group(group: &str) -> Vec<(&'static str, String)> {
 }
 
 /// GET /apis.
-pub(crate) fn apis(headers: &HeaderMap) -> Response {
+pub(crate) fn apis(headers: &HeaderMap, disabled: &[String]) -> Response {
     let groups = groups_in_order();
     if let Some(v) = aggregated(headers) {
-        let items: Vec<String> = groups.iter().map(|g| discovery_group(g)).collect();
+        let items: Vec<String> = groups
+            .iter()
+            .map(|g| discovery_group(g, disabled))
+            .collect();
         return aggregated_response(v, &items);
     }
     let items: Vec<String> = groups.iter().map(|g| obj(&api_group(g))).collect();
@@ -213,11 +216,12 @@ fn resource_entry(r: &ResourceInfo) -> String {
     obj(&fields)
 }
 
-/// GET /api/v1 and /apis/<group>/<version>: the APIResourceList.
-pub(crate) fn group_version(group: &str, version: &str) -> Response {
+/// GET /api/v1 and /apis/<group>/<version>: the APIResourceList, without the `disabled`
+/// resources.
+pub(crate) fn group_version(group: &str, version: &str, disabled: &[String]) -> Response {
     let list: Vec<&ResourceInfo> = resources::all()
         .iter()
-        .filter(|r| r.group == group && r.version == version)
+        .filter(|r| r.group == group && r.version == version && !r.disabled(disabled))
         .collect();
     if list.is_empty() {
         return ApiError::unknown_path().into_response();
@@ -253,10 +257,10 @@ pub(crate) fn group_version(group: &str, version: &str) -> Response {
 }
 
 /// One `APIGroupDiscovery` item of aggregated discovery.
-fn discovery_group(group: &str) -> String {
+fn discovery_group(group: &str, disabled: &[String]) -> String {
     let mut list: Vec<&ResourceInfo> = resources::all()
         .iter()
-        .filter(|r| r.group == group)
+        .filter(|r| r.group == group && !r.disabled(disabled))
         .collect();
     list.sort_by_key(|r| r.plural);
     let response_kind =

@@ -7,6 +7,7 @@
 //! resume, 410 Expired after compaction), LIST with selectors and pagination, WATCH with
 //! bookmarks and streaming lists, create/update/patch/delete with optimistic concurrency,
 //! finalizers, status subresources, admission defaults, validation (422 with causes), discovery
+//! (with resources switched off as `--runtime-config` does, [`Config::disabled_resources`])
 //! and fault injection. What it does not: authentication/authorization (everything is
 //! allowed), managedFields, protobuf, YAML bodies other than JSON, garbage collection of
 //! dependents, controllers (no PV binder, no pvc-protection controller: the finalizers it adds
@@ -58,6 +59,12 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Namespaces that exist from the start.
     pub namespaces: Vec<String>,
+    /// Resources switched off as kube-apiserver's
+    /// `--runtime-config=<group>/<version>/<resource>=false` does, e.g.
+    /// `storage.k8s.io/v1/volumeattributesclasses` for a cluster that does not serve
+    /// VolumeAttributesClass: absent from discovery (resource lists and aggregated discovery),
+    /// and their paths answer 404 like any unknown path.
+    pub disabled_resources: Vec<String>,
 }
 
 impl Default for Config {
@@ -68,6 +75,7 @@ impl Default for Config {
             namespaces: ["default", "kube-system", "kube-public", "kube-node-lease"]
                 .map(str::to_owned)
                 .to_vec(),
+            disabled_resources: Vec::new(),
         }
     }
 }

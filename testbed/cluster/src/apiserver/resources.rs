@@ -89,6 +89,17 @@ impl ResourceInfo {
     }
 
     /// `plural` or `plural.group`, as used in Status messages.
+    /// Whether `disabled` (`<group>/<version>/<resource>` entries, `v1/<resource>` for the
+    /// core group, as `--runtime-config` names them) switches this resource off.
+    pub(crate) fn disabled(&self, disabled: &[String]) -> bool {
+        let name = if self.group.is_empty() {
+            format!("{}/{}", self.version, self.plural)
+        } else {
+            format!("{}/{}/{}", self.group, self.version, self.plural)
+        };
+        disabled.contains(&name)
+    }
+
     pub(crate) fn qualified(&self) -> String {
         if self.group.is_empty() {
             self.plural.to_owned()

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use super::classes;
 use super::field::FieldError;
 use super::metadata::{string_list, validate_metadata, validate_metadata_update};
 use crate::apiserver::quantity;
@@ -111,6 +112,7 @@ pub(crate) fn validate_object(info: &ResourceInfo, obj: &Value) -> Vec<FieldErro
                     VOLUME_MODES,
                 ));
             }
+            classes::claim_spec(&mut errs, spec);
         }
         ("", "persistentvolumes") => {
             access_modes(&mut errs, spec, "spec.accessModes");
@@ -183,6 +185,7 @@ pub(crate) fn validate_object(info: &ResourceInfo, obj: &Value) -> Vec<FieldErro
         ("storage.k8s.io", "csistoragecapacities") => {
             required_str(&mut errs, &obj["storageClassName"], "storageClassName");
         }
+        ("storage.k8s.io", "volumeattributesclasses") => classes::class(&mut errs, obj),
         ("storage.k8s.io", "csinodes") => {
             if let Some(drivers) = spec["drivers"].as_array() {
                 for (i, d) in drivers.iter().enumerate() {
@@ -400,6 +403,12 @@ pub(crate) fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> 
             }
             pvc_request_not_below_capacity(&mut errs, old, new);
             pvc_allocated_status(&mut errs, &new["status"]);
+            classes::claim_update(&mut errs, old, new);
+        }
+        ("", "persistentvolumes") => classes::volume_update(&mut errs, old, new),
+        ("storage.k8s.io", "volumeattributesclasses") => {
+            classes::class_update(&mut errs, old, new);
+            classes::class(&mut errs, new);
         }
         ("storage.k8s.io", "volumeattachments") if old["spec"] != new["spec"] => {
             errs.push(FieldError::invalid_raw(

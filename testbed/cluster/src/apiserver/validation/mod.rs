@@ -7,9 +7,15 @@
 //! `allocatedResourceStatuses` take only `storage` and valid values). Messages follow upstream's
 //! `field.Error` wording so a sidecar that logs them logs what it would log in a real cluster.
 //!
+//! VolumeAttributesClass: a class needs a `driverName` and never changes it or its
+//! `parameters`; a claim's class cannot be cleared once applied; `modifyVolumeStatus.status`
+//! takes only known values ([`classes`]).
+//!
 //! By concern: [`field`] (the error and its text), [`names`] (name syntax), [`metadata`]
-//! (what every kind shares) and [`kinds`] (each kind's own fields).
+//! (what every kind shares), [`kinds`] (each kind's own fields) and [`classes`] (the
+//! VolumeAttributesClass rules).
 
+mod classes;
 mod field;
 mod kinds;
 mod metadata;

@@ -324,3 +324,93 @@ fn pvc_allocated_resources_and_statuses_take_only_storage_and_known_values() {
         ]
     );
 }
+
+#[test]
+fn a_volume_attributes_class_needs_a_driver_and_never_changes_it_or_its_parameters() {
+    let i = info("storage.k8s.io", "volumeattributesclasses");
+    let class = |driver: &str, parameters: Value| json!({"metadata": {"name": "gold"}, "driverName": driver, "parameters": parameters});
+    let gold = class("hostpath.csi.k8s.io", json!({"iops": "3000"}));
+    assert!(validate_object(i, &gold).is_empty());
+    assert_eq!(
+        messages(&validate_object(i, &class("", json!({"iops": "3000"})))),
+        vec!["driverName: Required value"]
+    );
+    assert!(validate_update(i, &gold, &gold).is_empty());
+    assert_eq!(
+        messages(&validate_update(
+            i,
+            &gold,
+            &class("other.csi.k8s.io", json!({"iops": "4000"}))
+        )),
+        vec![
+            "driverName: Forbidden: updates to driverName are forbidden.",
+            "parameters: Forbidden: updates to parameters are forbidden.",
+        ]
+    );
+}
+
+#[test]
+fn a_claims_class_cannot_be_cleared_once_applied_and_its_modify_status_is_checked() {
+    let i = info("", "persistentvolumeclaims");
+    let spec = |class: Value| {
+        json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+               "volumeName": "pv-1", "volumeAttributesClassName": class})
+    };
+    assert_eq!(
+        messages(&validate_object(i, &pvc("x", &spec(json!("Not_A_Name"))))),
+        vec![
+            "spec.volumeAttributesClassName: Invalid value: \"Not_A_Name\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+        ]
+    );
+    let old = pvc("x", &spec(json!("gold")));
+    // Never applied: the user may cancel with nil or "".
+    for cleared in [Value::Null, json!("")] {
+        assert!(validate_update(i, &old, &pvc("x", &spec(cleared))).is_empty());
+    }
+    let mut applied = old.clone();
+    applied["status"] = json!({"currentVolumeAttributesClassName": "gold"});
+    let mut to_nil = pvc("x", &spec(Value::Null));
+    to_nil["status"] = applied["status"].clone();
+    let mut to_empty = pvc("x", &spec(json!("")));
+    to_empty["status"] = applied["status"].clone();
+    assert_eq!(
+        messages(&validate_update(i, &applied, &to_nil)),
+        vec![
+            "spec.volumeAttributesClassName: Forbidden: update to nil is forbidden when status.currentVolumeAttributesClassName is not nil"
+        ]
+    );
+    assert_eq!(
+        messages(&validate_update(i, &applied, &to_empty)),
+        vec![
+            "spec.volumeAttributesClassName: Forbidden: update to empty string is forbidden when status.currentVolumeAttributesClassName is not nil"
+        ]
+    );
+    let mut silver = pvc("x", &spec(json!("silver")));
+    silver["status"] = applied["status"].clone();
+    assert!(validate_update(i, &applied, &silver).is_empty());
+
+    let mut status = old.clone();
+    status["status"] = json!({"modifyVolumeStatus": {"status": "InProgress", "targetVolumeAttributesClassName": "gold"}});
+    assert!(validate_update(i, &old, &status).is_empty());
+    status["status"]["modifyVolumeStatus"]["status"] = json!("Done");
+    assert_eq!(
+        messages(&validate_update(i, &old, &status)),
+        vec![
+            "status.modifyVolumeStatus.status: Unsupported value: \"Done\": supported values: \"InProgress\", \"Infeasible\", \"Pending\""
+        ]
+    );
+
+    let pv = info("", "persistentvolumes");
+    let volume = |class: Value| json!({"metadata": {"name": "pv-1"}, "spec": {"volumeAttributesClassName": class}});
+    assert!(validate_update(pv, &volume(Value::Null), &volume(json!("gold"))).is_empty());
+    assert_eq!(
+        messages(&validate_update(
+            pv,
+            &volume(json!("gold")),
+            &volume(Value::Null)
+        )),
+        vec![
+            "spec.volumeAttributesClassName: Forbidden: update from non-nil value to nil is forbidden"
+        ]
+    );
+}

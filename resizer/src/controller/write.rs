@@ -1,0 +1,66 @@
+//! The API writes both controllers make: a claim's `/status` patch from the claim before to
+//! the claim after (remembered in `State` so the next sync does not act on an older cached
+//! copy), and a PV strategic-merge patch.
+
+use std::sync::Arc;
+
+use csi_common::controller::Outcome;
+use csi_common::logging::error_chain;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+
+use super::state::State;
+use crate::patch;
+
+/// Writes the claim's status from `old` to `new` through `/status`; the written claim, or the
+/// outcome when the write failed (a conflict is retried quietly: the cache was stale). An
+/// empty patch is not sent.
+pub(super) async fn claim_status(
+    client: &Client,
+    state: &State,
+    old: &PersistentVolumeClaim,
+    new: &PersistentVolumeClaim,
+    resource_version_check: bool,
+) -> Result<PersistentVolumeClaim, Outcome> {
+    let body = patch::pvc_status(old, new, resource_version_check);
+    if body.get("status").is_none() && body.pointer("/metadata/annotations").is_none() {
+        return Ok(new.clone());
+    }
+    let namespace = old.metadata.namespace.as_deref().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let name = old.metadata.name.as_deref().unwrap_or_default();
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
+        .await
+    {
+        Ok(written) => {
+            state.set_claim(&format!("{namespace}/{name}"), written.clone());
+            Ok(written)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            tracing::debug!(pvc = name, "conflict writing the claim status: retrying");
+            Err(Outcome::Retry)
+        }
+        Err(err) => {
+            tracing::warn!(
+                pvc = name,
+                error = error_chain(&err),
+                "cannot update the claim status"
+            );
+            Err(Outcome::Retry)
+        }
+    }
+}
+
+/// A strategic-merge patch of the PV named `name`.
+pub(super) async fn volume(
+    client: &Client,
+    name: &str,
+    body: serde_json::Value,
+) -> Result<Arc<PersistentVolume>, kube::Error> {
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    api.patch(name, &PatchParams::default(), &Patch::Strategic(body))
+        .await
+        .map(Arc::new)
+}
