@@ -301,6 +301,11 @@ impl Sandbox {
             // No kubelet runs NodeExpandVolume here: the expansion flow's claim is finished by
             // csi-resizer alone.
             "--node-expansion-required=false".to_owned(),
+            // The mock's default controller capabilities plus MODIFY_VOLUME, so csi-resizer
+            // runs its modify controller for the volume modification flow.
+            "--controller-capabilities=CREATE_DELETE_VOLUME,PUBLISH_UNPUBLISH_VOLUME,LIST_VOLUMES,\
+             GET_CAPACITY,EXPAND_VOLUME,SINGLE_NODE_MULTI_WRITER,MODIFY_VOLUME"
+                .to_owned(),
         ];
         let log = self.work_dir.join(format!("{DRIVER_BINARY}.log"));
         let mut child = ChildProcess::spawn(DRIVER_BINARY, &binary, &args, &log)?;

@@ -26,6 +26,7 @@ const FLOWS: &[&str] = &[
     "dynamic provisioning",
     "attach and detach",
     "volume expansion",
+    "volume modification",
     "deletion",
     "driver restart -> probe 500 then 200",
 ];

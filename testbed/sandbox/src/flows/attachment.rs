@@ -8,17 +8,13 @@ use std::time::Duration;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 
-use super::{FlowError, FlowResult, metric_value, ms_since, require_sidecar, wait_for};
+use super::{FlowError, FlowResult, failed, metric_value, ms_since, require_sidecar, wait_for};
 use crate::{NODE_NAME, Sandbox};
 use testbed_support::http_client;
 
 const ATTACHER: &str = "csi-attacher";
 const NODE_ID_ANNOTATION: &str = "csi.alpha.kubernetes.io/node-id";
 const WAIT: Duration = Duration::from_secs(20);
-
-fn failed(what: &str, err: impl std::fmt::Display) -> FlowError {
-    FlowError::Failed(format!("{what}: {err}"))
-}
 
 /// Attach, check, detach, check.
 pub(super) async fn attached_and_detached(sb: &Sandbox) -> FlowResult {

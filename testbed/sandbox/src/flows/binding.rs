@@ -9,17 +9,13 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-use super::{FlowError, FlowResult, ms_since, wait_for};
+use super::{FlowError, FlowResult, failed, ms_since, wait_for};
 use crate::{NAMESPACE, Sandbox};
 use testbed_cluster::kcm::objects::{
     self, ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_STORAGE_PROVISIONER,
 };
 
 const WAIT: Duration = Duration::from_secs(15);
-
-fn failed(what: &str, err: impl std::fmt::Display) -> FlowError {
-    FlowError::Failed(format!("{what}: {err}"))
-}
 
 /// Every start-up claim gets both storage-provisioner annotations naming the driver, and an
 /// `ExternalProvisioning` event.

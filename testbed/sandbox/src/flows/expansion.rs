@@ -15,18 +15,14 @@ use serde_json::json;
 
 use super::provisioning::{CLAIM, dynamic_volume};
 use super::{
-    FlowError, FlowResult, claim_event_reasons, metric_value, ms_since, require_sidecar, wait_for,
+    FlowResult, claim_event_reasons, failed, ms_since, require_sidecar, require_successful_call,
+    wait_for,
 };
 use crate::{NAMESPACE, Sandbox};
-use testbed_support::http_client;
 
 const RESIZER: &str = "csi-resizer";
 const NEW_SIZE: &str = "2Gi";
 const WAIT: Duration = Duration::from_secs(20);
-
-fn failed(what: &str, err: impl std::fmt::Display) -> FlowError {
-    FlowError::Failed(format!("{what}: {err}"))
-}
 
 fn storage(map: Option<&BTreeMap<String, Quantity>>) -> Option<&str> {
     map?.get("storage").map(|q| q.0.as_str())
@@ -84,25 +80,8 @@ pub(super) async fn expanded(sb: &Sandbox) -> FlowResult {
     .await?;
     notes.push(format!("resize events on the claim: {reasons:?}"));
 
-    let metrics = http_client::get(addr, "/metrics", Duration::from_secs(5))
-        .await
-        .map_err(|e| failed("GET /metrics", e))?;
-    let expands = metric_value(
-        &metrics.body,
-        "csi_sidecar_operations_seconds_count",
-        &[
-            ("method_name", "/csi.v1.Controller/ControllerExpandVolume"),
-            ("grpc_status_code", "OK"),
-        ],
-    )
-    .unwrap_or(0.0);
-    if expands < 1.0 {
-        return Err(FlowError::Failed(format!(
-            "{RESIZER} /metrics counts {expands} successful ControllerExpandVolume calls"
-        )));
-    }
-    notes.push(format!(
-        "{RESIZER} /metrics: successful ControllerExpandVolume calls {expands}"
-    ));
+    notes.push(
+        require_successful_call(addr, RESIZER, "/csi.v1.Controller/ControllerExpandVolume").await?,
+    );
     Ok(notes)
 }

@@ -19,6 +19,7 @@ mod attachment;
 mod binding;
 mod expansion;
 mod liveness;
+mod modification;
 mod provisioning;
 mod registration;
 
@@ -87,6 +88,9 @@ pub fn all() -> Vec<Flow> {
             Box::pin(attachment::attached_and_detached(sb))
         }),
         flow("volume expansion", |sb| Box::pin(expansion::expanded(sb))),
+        flow("volume modification", |sb| {
+            Box::pin(modification::modified(sb))
+        }),
         flow("deletion", |sb| Box::pin(provisioning::deleted(sb))),
         // Disrupts every sidecar's driver connection: keep it last.
         flow("driver restart -> probe 500 then 200", |sb| {
@@ -202,6 +206,40 @@ pub fn metric_value(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f
         }
     }
     total
+}
+
+/// A failed step: `what` and why.
+pub(crate) fn failed(what: &str, err: impl std::fmt::Display) -> FlowError {
+    FlowError::Failed(format!("{what}: {err}"))
+}
+
+/// Requires that `sidecar`'s `/metrics` at `addr` counts at least one successful call of
+/// `method` (gRPC full path) in `csi_sidecar_operations_seconds`; the note for the report.
+///
+/// # Errors
+/// [`FlowError::Failed`] when `/metrics` cannot be read or counts none.
+pub(crate) async fn require_successful_call(
+    addr: std::net::SocketAddr,
+    sidecar: &str,
+    method: &str,
+) -> Result<String, FlowError> {
+    let metrics = testbed_support::http_client::get(addr, "/metrics", Duration::from_secs(5))
+        .await
+        .map_err(|e| failed("GET /metrics", e))?;
+    let calls = metric_value(
+        &metrics.body,
+        "csi_sidecar_operations_seconds_count",
+        &[("method_name", method), ("grpc_status_code", "OK")],
+    )
+    .unwrap_or(0.0);
+    if calls < 1.0 {
+        return Err(FlowError::Failed(format!(
+            "{sidecar} /metrics counts {calls} successful {method} calls"
+        )));
+    }
+    Ok(format!(
+        "{sidecar} /metrics: successful {method} calls {calls}"
+    ))
 }
 
 /// Metric families worth showing in the report.

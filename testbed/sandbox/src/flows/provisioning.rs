@@ -19,7 +19,8 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::{
-    FlowError, FlowResult, claim_event_reasons, metric_value, ms_since, require_sidecar, wait_for,
+    FlowError, FlowResult, claim_event_reasons, failed, metric_value, ms_since, require_sidecar,
+    wait_for,
 };
 use crate::{NAMESPACE, NODE_NAME, STORAGE_CLASS, Sandbox};
 use testbed_cluster::kcm::objects::{self, ANN_PROVISIONED_BY};
@@ -32,10 +33,6 @@ pub(super) const CLAIM: &str = "sandbox-dynamic";
 /// The finalizer the provisioner puts on PVs it writes.
 const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
 const WAIT: Duration = Duration::from_secs(30);
-
-fn failed(what: &str, err: impl std::fmt::Display) -> FlowError {
-    FlowError::Failed(format!("{what}: {err}"))
-}
 
 /// Makes sure the node carries the driver's topology (Node label + CSINode topology key), as
 /// kubelet writes them when the driver registers. Returns a note when it had to write them.
