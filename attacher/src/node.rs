@@ -7,8 +7,9 @@
 //! down or lost its driver pod must still be able to release its volumes (external-attacher
 //! `getNodeID`, issues #83/#215/#299).
 
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use k8s_openapi::api::storage::v1::CSINode;
 
+use crate::cached::VolumeAttachment;
 use crate::names::NODE_ID_ANNOTATION;
 
 /// Why no node ID is known; retried with backoff (the registrar may register the driver).
@@ -67,10 +68,11 @@ pub(crate) fn for_detach(
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::storage::v1::{CSINodeDriver, CSINodeSpec, VolumeAttachmentSpec};
+    use k8s_openapi::api::storage::v1::{CSINodeDriver, CSINodeSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::cached::VolumeAttachmentSpec;
 
     fn csi_node(drivers: &[(&str, &str)]) -> CSINode {
         CSINode {

@@ -7,11 +7,10 @@
 //! get JSON patches (RFC 6902) whose `test` operations make a concurrent change fail the patch
 //! (409/422) instead of being overwritten; the item is then retried with backoff.
 
-use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
+use crate::cached::{PersistentVolume, VolumeAttachment};
 use crate::names::has_finalizer;
 
 fn finalizers(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &[String] {

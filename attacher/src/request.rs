@@ -82,7 +82,6 @@ pub(crate) fn unpublish(
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolumeSpec};
     use proto::csi::v1::ControllerGetCapabilitiesResponse;
     use proto::csi::v1::ControllerServiceCapability;
     use proto::csi::v1::controller_service_capability::{Rpc, Type, rpc};
@@ -90,6 +89,7 @@ mod tests {
     use proto::csi::v1::volume_capability::{self as cap, AccessMode, BlockVolume, MountVolume};
 
     use super::*;
+    use crate::cached::{CsiSource, PersistentVolumeSpec};
 
     fn caps(list: &[rpc::Type]) -> ControllerCapabilities {
         ControllerCapabilities::from_response(&ControllerGetCapabilitiesResponse {
@@ -209,8 +209,7 @@ mod tests {
                 mount_options: Some(vec!["noatime".into()]),
                 ..Default::default()
             };
-            let csi = CSIPersistentVolumeSource {
-                driver: "d".into(),
+            let csi = CsiSource {
                 volume_handle: "vol-1".into(),
                 fs_type: case.fs_type.map(str::to_owned),
                 read_only: case.read_only,
@@ -261,7 +260,7 @@ mod tests {
             access_modes: Some(vec!["ReadOnlyMany".into(), "ReadWriteOnce".into()]),
             ..Default::default()
         };
-        let csi = CSIPersistentVolumeSource::default();
+        let csi = CsiSource::default();
         let volume = Volume {
             spec: &spec,
             csi: &csi,
