@@ -10,10 +10,11 @@
 //! they do not name, which also saves reading them.
 //!
 //! What is kept, and why:
-//! * VolumeAttachment: all of `metadata` (the informer drops `managedFields`) and all of
-//!   `status`, because the update filter compares whole objects like upstream's
-//!   `shouldEnqueueVAChange`; of the spec, which the API server never lets change, the fields
-//!   the attacher reads, with the inline volume spec boxed (rarely there).
+//! * VolumeAttachment: all of `metadata` (the informer drops `managedFields` and keeps the
+//!   annotations as a short list, see [`trim_attachment`]) and all of `status`, because the
+//!   update filter compares whole objects like upstream's `shouldEnqueueVAChange`; of the spec,
+//!   which the API server never lets change, the fields the attacher reads, with the inline
+//!   volume spec boxed (rarely there).
 //! * PersistentVolume: `metadata` (the informer drops what nothing reads, see [`trim_volume`]);
 //!   of the spec what a publish request and the source check read: `accessModes`,
 //!   `mountOptions`, `volumeMode`, `csi`, and whether one of the in-tree sources that
@@ -40,6 +41,16 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
+/// A string map read as k8s-openapi reads it (`null` is absent), kept as a list sorted by key.
+#[allow(clippy::type_complexity, reason = "serde's deserialize_with signature")]
+fn sorted_pairs<'de, D>(deserializer: D) -> Result<Option<Box<[(String, String)]>>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let map = Option::<BTreeMap<String, String>>::deserialize(deserializer)?;
+    Ok(map.map(|map| map.into_iter().collect()))
+}
+
 /// The fields of a `storage.k8s.io/v1` VolumeAttachment the attacher reads.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub(crate) struct VolumeAttachment {
@@ -51,6 +62,25 @@ pub(crate) struct VolumeAttachment {
     pub(crate) spec: VolumeAttachmentSpec,
     /// All of it.
     pub(crate) status: Option<VolumeAttachmentStatus>,
+    /// `metadata.annotations` once [`trim_attachment`] has moved them here, sorted by key. Read
+    /// them with [`VolumeAttachment::annotation`].
+    #[serde(skip)]
+    pub(crate) annotations: Box<[(String, String)]>,
+}
+
+impl VolumeAttachment {
+    /// The value of annotation `key`, from `metadata` or, in a cached object, from the list
+    /// [`trim_attachment`] moved them to.
+    pub(crate) fn annotation(&self, key: &str) -> Option<&str> {
+        match &self.metadata.annotations {
+            Some(map) => map.get(key).map(String::as_str),
+            None => self
+                .annotations
+                .binary_search_by(|(k, _)| k.as_str().cmp(key))
+                .ok()
+                .map(|i| self.annotations[i].1.as_str()),
+        }
+    }
 }
 
 /// `spec` of a VolumeAttachment.
@@ -130,8 +160,11 @@ pub(crate) struct CsiSource {
     pub(crate) fs_type: Option<String>,
     /// Publish read-only.
     pub(crate) read_only: Option<bool>,
-    /// The CSI volume context.
-    pub(crate) volume_attributes: Option<BTreeMap<String, String>>,
+    /// The CSI volume context, as a list sorted by key: a `BTreeMap` allocates room for eleven
+    /// entries (544 bytes) and a provisioned PV has one or two
+    /// (`storage.kubernetes.io/csiProvisionerIdentity`).
+    #[serde(default, deserialize_with = "sorted_pairs")]
+    pub(crate) volume_attributes: Option<Box<[(String, String)]>>,
     /// The Secret for ControllerPublishVolume and ControllerUnpublishVolume.
     pub(crate) controller_publish_secret_ref: Option<SecretReference>,
 }
@@ -173,9 +206,14 @@ same_resource_as!(
 );
 
 /// What the VolumeAttachment cache drops: `managedFields`, which nothing reads. Everything else
-/// stays, for the update filter's whole-object comparison.
+/// stays, for the update filter's whole-object comparison; the annotations move from their
+/// `BTreeMap`, which allocates room for eleven entries (544 bytes, the biggest single allocation
+/// of a cached VolumeAttachment), to a list of exactly the two or three a VolumeAttachment has.
 pub(crate) fn trim_attachment(va: &mut VolumeAttachment) {
     csi_common::informer::trim_managed_fields(&mut va.metadata);
+    if let Some(map) = va.metadata.annotations.take() {
+        va.annotations = map.into_iter().collect();
+    }
 }
 
 /// What the PersistentVolume cache drops: the metadata the attacher never reads (labels,
@@ -260,7 +298,10 @@ mod tests {
                     "volumeHandle": "39d5bfc9-e5c1-11f1-9a92-6a32d2d0897e",
                     "fsType": "xfs",
                     "readOnly": true,
-                    "volumeAttributes": {"fixtures.example.com/color": "blue"},
+                    "volumeAttributes": {
+                        "storage.kubernetes.io/csiProvisionerIdentity": "1795275348577-3187-hostpath.csi.k8s.io",
+                        "fixtures.example.com/color": "blue"
+                    },
                     "controllerPublishSecretRef": {"name": "s", "namespace": "ns"}
                 },
                 "accessModes": ["ReadWriteOnce", "ReadOnlyMany"],
@@ -292,7 +333,11 @@ mod tests {
                 assert_eq!(csi.volume_handle, real_csi.volume_handle);
                 assert_eq!(csi.fs_type, real_csi.fs_type);
                 assert_eq!(csi.read_only, real_csi.read_only);
-                assert_eq!(csi.volume_attributes, real_csi.volume_attributes);
+                let real_attributes: Option<Box<[(String, String)]>> = real_csi
+                    .volume_attributes
+                    .clone()
+                    .map(|map| map.into_iter().collect());
+                assert_eq!(csi.volume_attributes, real_attributes);
                 assert_eq!(
                     csi.controller_publish_secret_ref,
                     real_csi.controller_publish_secret_ref
@@ -377,15 +422,40 @@ mod tests {
         assert_same_volume(json!({}));
         assert_same_volume(json!({"metadata": null, "spec": null}));
         assert_same_volume(json!({"spec": {"csi": {"driver": "d", "volumeHandle": null}}}));
+        assert_same_volume(
+            json!({"spec": {"csi": {"volumeHandle": "h", "volumeAttributes": null}}}),
+        );
+        assert_same_volume(json!({"spec": {"csi": {"volumeHandle": "h", "volumeAttributes": {}}}}));
     }
 
     #[test]
     fn the_caches_drop_only_what_the_attacher_never_reads() {
         let mut va: VolumeAttachment = serde_json::from_value(attachment_json()).unwrap();
+        va.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("a-first".into(), "1".into());
+        let untrimmed = va.clone();
         let mut want = va.clone();
         want.metadata.managed_fields = None;
+        want.metadata.annotations = None;
+        want.annotations = Box::new([
+            ("a-first".into(), "1".into()),
+            ("csi.alpha.kubernetes.io/node-id".into(), "ref-node".into()),
+        ]);
         trim_attachment(&mut va);
-        assert_eq!(va, want, "a VolumeAttachment keeps all but managedFields");
+        assert_eq!(
+            va, want,
+            "a VolumeAttachment keeps all but managedFields, its annotations in a list"
+        );
+        for key in ["a-first", "csi.alpha.kubernetes.io/node-id", "missing", "z"] {
+            assert_eq!(va.annotation(key), untrimmed.annotation(key), "{key}");
+        }
+        assert_eq!(
+            va.annotation("csi.alpha.kubernetes.io/node-id"),
+            Some("ref-node")
+        );
 
         let mut pv: PersistentVolume = serde_json::from_value(volume_json()).unwrap();
         let mut want = pv.clone();

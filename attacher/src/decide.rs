@@ -113,6 +113,7 @@ mod tests {
                 attached,
                 ..Default::default()
             }),
+            ..Default::default()
         }
     }
 

@@ -62,6 +62,7 @@ mod tests {
                 }),
                 ..Default::default()
             }),
+            ..Default::default()
         }
     }
 

@@ -55,11 +55,8 @@ pub(crate) fn for_detach(
     driver: &str,
 ) -> Result<String, NodeIdError> {
     for_attach(csi_node, &va.spec.node_name, driver).or_else(|err| {
-        va.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(NODE_ID_ANNOTATION))
-            .cloned()
+        va.annotation(NODE_ID_ANNOTATION)
+            .map(str::to_owned)
             .ok_or(err)
     })
 }

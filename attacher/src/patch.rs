@@ -31,14 +31,9 @@ pub(crate) fn va_attach_metadata(
         list.push(finalizer.to_owned());
         metadata.insert("finalizers".into(), json!(list));
     }
-    let existing = va.metadata.annotations.as_ref();
     let missing: serde_json::Map<String, Value> = annotations
         .iter()
-        .filter(|(key, value)| {
-            existing
-                .and_then(|a| a.get(*key))
-                .is_none_or(|v| v != value)
-        })
+        .filter(|(key, value)| va.annotation(key).is_none_or(|v| v != *value))
         .map(|(key, value)| ((*key).to_owned(), json!(value)))
         .collect();
     if !missing.is_empty() {

@@ -58,9 +58,9 @@ pub(crate) fn publish(
         volume_context: volume
             .csi
             .volume_attributes
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
+            .iter()
+            .flatten()
+            .cloned()
             .collect(),
     })
 }
@@ -80,8 +80,6 @@ pub(crate) fn unpublish(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use proto::csi::v1::ControllerGetCapabilitiesResponse;
     use proto::csi::v1::ControllerServiceCapability;
     use proto::csi::v1::controller_service_capability::{Rpc, Type, rpc};
@@ -213,7 +211,7 @@ mod tests {
                 volume_handle: "vol-1".into(),
                 fs_type: case.fs_type.map(str::to_owned),
                 read_only: case.read_only,
-                volume_attributes: Some(BTreeMap::from([("a".to_owned(), "b".to_owned())])),
+                volume_attributes: Some(Box::new([("a".to_owned(), "b".to_owned())])),
                 ..Default::default()
             };
             let volume = Volume {

@@ -84,12 +84,11 @@ pub(crate) fn detach_target(
                 .map(SecretRef::from),
         }),
         Err(SourceError::PvNotFound(name)) => {
-            let annotations = va.metadata.annotations.as_ref();
-            let annotation = |key| annotations.and_then(|a| a.get(key));
-            let volume_id = annotation(VOLUME_HANDLE_ANNOTATION)
+            let volume_id = va
+                .annotation(VOLUME_HANDLE_ANNOTATION)
                 .ok_or(SourceError::PvNotFound(name))?
-                .clone();
-            let secret = annotation(PUBLISH_SECRET_ANNOTATION).and_then(|text| {
+                .to_owned();
+            let secret = va.annotation(PUBLISH_SECRET_ANNOTATION).and_then(|text| {
                 let (namespace, name) = text.split_once('/')?;
                 Some(SecretRef {
                     name: name.to_owned(),

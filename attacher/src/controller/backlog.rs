@@ -137,6 +137,7 @@ mod tests {
                 attached,
                 ..Default::default()
             }),
+            ..Default::default()
         }
     }
 
