@@ -22,6 +22,9 @@
 //!
 //! Fields that k8s-openapi treats as required read an absent or `null` value as the default, as
 //! k8s-openapi's own deserializers do.
+//!
+//! The provisioner and the resizer could cache projections the same way; `same_resource_as!`
+//! and `required` would then move to csi-common.
 
 use std::collections::BTreeMap;
 
