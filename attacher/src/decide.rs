@@ -2,10 +2,9 @@
 //! objects alone (external-attacher `csi_handler.go` `syncAttach` / `syncDetach` /
 //! `SyncNewOrUpdatedPersistentVolume`, trivial_handler.go).
 
-use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde_json::Value;
 
+use crate::cached::{PersistentVolume, VolumeAttachment};
 use crate::names::has_finalizer;
 use crate::patch;
 
@@ -86,13 +85,12 @@ pub(crate) fn pv_release<'a>(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::storage::v1::{
-        VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus,
-    };
+    use k8s_openapi::api::storage::v1::VolumeAttachmentStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
+    use crate::cached::{VolumeAttachmentSource, VolumeAttachmentSpec};
 
     const F: &str = "external-attacher/d";
 
@@ -115,6 +113,7 @@ mod tests {
                 attached,
                 ..Default::default()
             }),
+            ..Default::default()
         }
     }
 

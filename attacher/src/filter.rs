@@ -5,9 +5,7 @@
 //! `attachError` / `detachError` writes come back as updates, and re-queueing them at once would
 //! retry a failing attach immediately instead of after the backoff.
 
-use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
-
+use crate::cached::{PersistentVolume, VolumeAttachment};
 use crate::names::has_finalizer;
 
 /// Whether a VolumeAttachment update needs a sync: always on a resync (same resourceVersion),
@@ -52,7 +50,7 @@ mod tests {
                 resource_version: Some(rv.into()),
                 ..Default::default()
             },
-            spec: k8s_openapi::api::storage::v1::VolumeAttachmentSpec {
+            spec: crate::cached::VolumeAttachmentSpec {
                 node_name: node.into(),
                 ..Default::default()
             },
@@ -64,6 +62,7 @@ mod tests {
                 }),
                 ..Default::default()
             }),
+            ..Default::default()
         }
     }
 

@@ -7,6 +7,7 @@
 //! after flag parsing, on csi-common's `Sidecar`.
 
 pub mod args;
+mod cached;
 mod controller;
 mod csi;
 mod decide;

@@ -7,8 +7,9 @@
 //! down or lost its driver pod must still be able to release its volumes (external-attacher
 //! `getNodeID`, issues #83/#215/#299).
 
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use k8s_openapi::api::storage::v1::CSINode;
 
+use crate::cached::VolumeAttachment;
 use crate::names::NODE_ID_ANNOTATION;
 
 /// Why no node ID is known; retried with backoff (the registrar may register the driver).
@@ -54,11 +55,8 @@ pub(crate) fn for_detach(
     driver: &str,
 ) -> Result<String, NodeIdError> {
     for_attach(csi_node, &va.spec.node_name, driver).or_else(|err| {
-        va.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(NODE_ID_ANNOTATION))
-            .cloned()
+        va.annotation(NODE_ID_ANNOTATION)
+            .map(str::to_owned)
             .ok_or(err)
     })
 }
@@ -67,10 +65,11 @@ pub(crate) fn for_detach(
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::storage::v1::{CSINodeDriver, CSINodeSpec, VolumeAttachmentSpec};
+    use k8s_openapi::api::storage::v1::{CSINodeDriver, CSINodeSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::cached::VolumeAttachmentSpec;
 
     fn csi_node(drivers: &[(&str, &str)]) -> CSINode {
         CSINode {

@@ -7,11 +7,10 @@
 //! get JSON patches (RFC 6902) whose `test` operations make a concurrent change fail the patch
 //! (409/422) instead of being overwritten; the item is then retried with backoff.
 
-use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
+use crate::cached::{PersistentVolume, VolumeAttachment};
 use crate::names::has_finalizer;
 
 fn finalizers(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &[String] {
@@ -32,14 +31,9 @@ pub(crate) fn va_attach_metadata(
         list.push(finalizer.to_owned());
         metadata.insert("finalizers".into(), json!(list));
     }
-    let existing = va.metadata.annotations.as_ref();
     let missing: serde_json::Map<String, Value> = annotations
         .iter()
-        .filter(|(key, value)| {
-            existing
-                .and_then(|a| a.get(*key))
-                .is_none_or(|v| v != value)
-        })
+        .filter(|(key, value)| va.annotation(key).is_none_or(|v| v != *value))
         .map(|(key, value)| ((*key).to_owned(), json!(value)))
         .collect();
     if !missing.is_empty() {

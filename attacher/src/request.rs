@@ -58,9 +58,9 @@ pub(crate) fn publish(
         volume_context: volume
             .csi
             .volume_attributes
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
+            .iter()
+            .flatten()
+            .cloned()
             .collect(),
     })
 }
@@ -80,9 +80,6 @@ pub(crate) fn unpublish(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolumeSpec};
     use proto::csi::v1::ControllerGetCapabilitiesResponse;
     use proto::csi::v1::ControllerServiceCapability;
     use proto::csi::v1::controller_service_capability::{Rpc, Type, rpc};
@@ -90,6 +87,7 @@ mod tests {
     use proto::csi::v1::volume_capability::{self as cap, AccessMode, BlockVolume, MountVolume};
 
     use super::*;
+    use crate::cached::{CsiSource, PersistentVolumeSpec};
 
     fn caps(list: &[rpc::Type]) -> ControllerCapabilities {
         ControllerCapabilities::from_response(&ControllerGetCapabilitiesResponse {
@@ -209,12 +207,11 @@ mod tests {
                 mount_options: Some(vec!["noatime".into()]),
                 ..Default::default()
             };
-            let csi = CSIPersistentVolumeSource {
-                driver: "d".into(),
+            let csi = CsiSource {
                 volume_handle: "vol-1".into(),
                 fs_type: case.fs_type.map(str::to_owned),
                 read_only: case.read_only,
-                volume_attributes: Some(BTreeMap::from([("a".to_owned(), "b".to_owned())])),
+                volume_attributes: Some(Box::new([("a".to_owned(), "b".to_owned())])),
                 ..Default::default()
             };
             let volume = Volume {
@@ -261,7 +258,7 @@ mod tests {
             access_modes: Some(vec!["ReadOnlyMany".into(), "ReadWriteOnce".into()]),
             ..Default::default()
         };
-        let csi = CSIPersistentVolumeSource::default();
+        let csi = CsiSource::default();
         let volume = Volume {
             spec: &spec,
             csi: &csi,

@@ -9,11 +9,8 @@
 //! upstream's error for a non-CSI source.
 
 use csi_common::secrets::SecretRef;
-use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
-};
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 
+use crate::cached::{CsiSource, PersistentVolume, PersistentVolumeSpec, VolumeAttachment};
 use crate::names::{NODE_ID_ANNOTATION, PUBLISH_SECRET_ANNOTATION, VOLUME_HANDLE_ANNOTATION};
 
 /// The volume a VolumeAttachment points at.
@@ -22,7 +19,7 @@ pub(crate) struct Volume<'a> {
     /// Volume mode, access modes and mount options.
     pub(crate) spec: &'a PersistentVolumeSpec,
     /// Handle, attributes, read-only flag, fsType and the publish secret.
-    pub(crate) csi: &'a CSIPersistentVolumeSource,
+    pub(crate) csi: &'a CsiSource,
 }
 
 /// What the volume is resolved for: attach refuses a PersistentVolume that is being deleted,
@@ -87,12 +84,11 @@ pub(crate) fn detach_target(
                 .map(SecretRef::from),
         }),
         Err(SourceError::PvNotFound(name)) => {
-            let annotations = va.metadata.annotations.as_ref();
-            let annotation = |key| annotations.and_then(|a| a.get(key));
-            let volume_id = annotation(VOLUME_HANDLE_ANNOTATION)
+            let volume_id = va
+                .annotation(VOLUME_HANDLE_ANNOTATION)
                 .ok_or(SourceError::PvNotFound(name))?
-                .clone();
-            let secret = annotation(PUBLISH_SECRET_ANNOTATION).and_then(|text| {
+                .to_owned();
+            let secret = va.annotation(PUBLISH_SECRET_ANNOTATION).and_then(|text| {
                 let (namespace, name) = text.split_once('/')?;
                 Some(SecretRef {
                     name: name.to_owned(),
@@ -182,16 +178,16 @@ fn is_migratable(spec: &PersistentVolumeSpec) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{GCEPersistentDiskVolumeSource, NFSVolumeSource};
-    use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec};
+    use serde_json::json;
+
+    use crate::cached::{VolumeAttachmentSource, VolumeAttachmentSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
 
-    fn csi(handle: &str) -> CSIPersistentVolumeSource {
-        CSIPersistentVolumeSource {
-            driver: "d".into(),
+    fn csi(handle: &str) -> CsiSource {
+        CsiSource {
             volume_handle: handle.into(),
             ..Default::default()
         }
@@ -204,7 +200,7 @@ mod tests {
                 node_name: "n".into(),
                 source: VolumeAttachmentSource {
                     persistent_volume_name: pv.map(str::to_owned),
-                    inline_volume_spec: inline,
+                    inline_volume_spec: inline.map(Box::new),
                 },
             },
             ..Default::default()
@@ -219,7 +215,6 @@ mod tests {
                 ..Default::default()
             },
             spec: Some(spec),
-            ..Default::default()
         }
     }
 
@@ -230,17 +225,16 @@ mod tests {
         }
     }
 
+    /// A spec as the API server sends it, read by the cache's projection.
+    fn spec(json: serde_json::Value) -> PersistentVolumeSpec {
+        serde_json::from_value(json).unwrap()
+    }
+
     type Want = Result<&'static str, SourceError>;
 
     #[test]
     fn sources_resolve_like_external_attacher() {
-        let gce = PersistentVolumeSpec {
-            gce_persistent_disk: Some(GCEPersistentDiskVolumeSource {
-                pd_name: "disk".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let gce = spec(json!({"gcePersistentDisk": {"pdName": "disk"}}));
         let live = pv("pv1", csi_spec("h1"), false);
         let deleting = pv("pv1", csi_spec("h1"), true);
         let in_tree = pv("pv1", gce.clone(), false);
@@ -325,18 +319,8 @@ mod tests {
 
     #[test]
     fn a_pv_without_csi_is_in_tree_only_when_csi_translation_lib_would_migrate_it() {
-        let nfs = PersistentVolumeSpec {
-            nfs: Some(NFSVolumeSource {
-                server: "nfs.example.com".into(),
-                path: "/export".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let gce = PersistentVolumeSpec {
-            gce_persistent_disk: Some(GCEPersistentDiskVolumeSource::default()),
-            ..Default::default()
-        };
+        let nfs = spec(json!({"nfs": {"server": "nfs.example.com", "path": "/export"}}));
+        let gce = spec(json!({"gcePersistentDisk": {}}));
         let cases = [
             ("NFS", nfs, SourceError::NotCsi("pv1".into())),
             ("GCE PD", gce, SourceError::InTree("pv1".into())),

@@ -33,7 +33,7 @@
 //! # }
 //! ```
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
@@ -98,12 +98,12 @@ where
     (reader, Box::pin(task))
 }
 
-/// The store writer plus what client-go's `Replace` needs to report a re-list.
+/// The store writer and the handler. What client-go's `Replace` reports after a re-list is
+/// computed from the store itself at `InitDone` (kube-runtime's writer buffers the new list
+/// until then), so nothing is kept per object besides the store.
 struct Cache<K: Resource<DynamicType = ()> + Clone + 'static, F> {
     store: Store<K>,
     writer: reflector::store::Writer<K>,
-    /// Keys seen since the current re-list began.
-    listed: HashSet<ObjectRef<K>>,
     on_change: F,
 }
 
@@ -116,7 +116,6 @@ where
         Self {
             store,
             writer,
-            listed: HashSet::new(),
             on_change,
         }
     }
@@ -132,12 +131,7 @@ where
                 self.writer.apply_watcher_event(event);
                 (self.on_change)(Change::Deleted(gone));
             }
-            watcher::Event::Init => {
-                self.listed.clear();
-                self.writer.apply_watcher_event(event);
-            }
-            watcher::Event::InitApply(new) => {
-                self.listed.insert(ObjectRef::from_obj(new));
+            watcher::Event::Init | watcher::Event::InitApply(_) => {
                 self.writer.apply_watcher_event(event);
             }
             watcher::Event::InitDone => {
@@ -157,7 +151,6 @@ where
                 for gone in before.into_values() {
                     (self.on_change)(Change::Deleted(&gone));
                 }
-                self.listed.clear();
             }
         }
     }

@@ -11,11 +11,11 @@ use csi_common::events::EventType;
 use csi_common::kube_client::KubeError;
 use csi_common::secrets::{self, FetchError};
 use csi_common::status::CsiError;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 
 use super::Context;
+use crate::cached::VolumeAttachment;
 use crate::csi::AttachDriver;
 use crate::decide::VaAction;
 use crate::node::{self, NodeIdError};

@@ -7,13 +7,13 @@
 //! * `csi_attacher_oldest_pending_operation_seconds{operation="attach"|"detach"}` (gauge): since
 //!   the VolumeAttachment was created (attach) or marked for deletion (detach); 0 when none wait.
 
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::Store;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{GaugeVec, Opts};
 
+use crate::cached::VolumeAttachment;
 use crate::decide::{self, VaAction};
 
 /// The collector; register it in the sidecar's registry.
@@ -115,10 +115,11 @@ impl Collector for Backlog {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::storage::v1::{VolumeAttachmentSpec, VolumeAttachmentStatus};
+    use k8s_openapi::api::storage::v1::VolumeAttachmentStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     use super::*;
+    use crate::cached::VolumeAttachmentSpec;
 
     fn va(attacher: &str, created: i64, deleted: Option<i64>, attached: bool) -> VolumeAttachment {
         VolumeAttachment {
@@ -136,6 +137,7 @@ mod tests {
                 attached,
                 ..Default::default()
             }),
+            ..Default::default()
         }
     }
 

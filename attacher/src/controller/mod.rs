@@ -20,13 +20,13 @@ use csi_common::informer::{self, Change, InformerTask};
 use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use k8s_openapi::api::storage::v1::CSINode;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
 use self::locks::KeyLocks;
 use self::settled::Settled;
+use crate::cached::{self, PersistentVolume, VolumeAttachment};
 use crate::csi::AttachDriver;
 use crate::decide::{self, VaAction};
 use crate::filter;
@@ -211,22 +211,15 @@ impl<D> Context<D> {
 /// Starts the informers; the caches fill in the returned tasks.
 pub(crate) fn stores(client: &Client) -> (Stores, Vec<InformerTask>, StoreHandlers) {
     let handlers = StoreHandlers::default();
-    let (attachments, va_task) = informer::informer(
-        Api::all(client.clone()),
-        |va: &mut VolumeAttachment| informer::trim_managed_fields(&mut va.metadata),
-        {
+    let (attachments, va_task) =
+        informer::informer(Api::all(client.clone()), cached::trim_attachment, {
             let handlers = handlers.clone();
             move |change: Change<'_, VolumeAttachment>| handlers.attachment(change)
-        },
-    );
-    let (volumes, pv_task) = informer::informer(
-        Api::all(client.clone()),
-        |pv: &mut PersistentVolume| informer::trim_managed_fields(&mut pv.metadata),
-        {
-            let handlers = handlers.clone();
-            move |change: Change<'_, PersistentVolume>| handlers.volume(&change)
-        },
-    );
+        });
+    let (volumes, pv_task) = informer::informer(Api::all(client.clone()), cached::trim_volume, {
+        let handlers = handlers.clone();
+        move |change: Change<'_, PersistentVolume>| handlers.volume(&change)
+    });
     let (csi_nodes, node_task) = informer::informer(
         Api::all(client.clone()),
         |node: &mut CSINode| informer::trim_managed_fields(&mut node.metadata),

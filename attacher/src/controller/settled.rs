@@ -13,8 +13,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use k8s_openapi::api::storage::v1::VolumeAttachment;
-
+use crate::cached::VolumeAttachment;
 use crate::decide::VaAction;
 
 /// Per VolumeAttachment name: the uid, the operation done, and the resourceVersions the cache
