@@ -12,9 +12,10 @@ use std::time::Duration;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::api::ListParams;
-use support::{Cluster, LEADER_ELECTION, TIMEOUT};
+use support::{Cluster, TIMEOUT};
 use testbed_cluster::kcm::attach_detach;
 use testbed_mock_csi::{DEFAULT_NODE_ID, Fault, Method, MockDriverConfig};
+use testbed_support::leader::FAST_LEADER_ELECTION;
 use testbed_support::wait::eventually;
 use tonic::Code;
 
@@ -67,7 +68,7 @@ async fn a_standby_finishes_a_burst_after_the_leader_is_killed_without_republish
         Method::ControllerPublishVolume,
         Duration::from_millis(200),
     ));
-    let flags = [&LEADER_ELECTION[..], &REPLICA_FLAGS[..]].concat();
+    let flags = [&FAST_LEADER_ELECTION[..], &REPLICA_FLAGS[..]].concat();
     let mut first = cluster.replica("replica-a", &flags);
     cluster.wait_leading("replica-a", TIMEOUT).await;
     let _second = cluster.replica("replica-b", &flags);

@@ -8,8 +8,9 @@ mod support;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use support::{Cluster, LEADER_ELECTION, LEASE, TIMEOUT};
+use support::{Cluster, LEASE, TIMEOUT};
 use testbed_mock_csi::MockDriverConfig;
+use testbed_support::leader::FAST_LEADER_ELECTION;
 use testbed_support::process::{ChildProcess, Signal};
 
 async fn exit_code(attacher: &mut ChildProcess) -> Option<i32> {
@@ -34,7 +35,7 @@ async fn a_lost_driver_connection_exits_1() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lease_that_cannot_be_renewed_exits_1() {
     let cluster = Cluster::start(MockDriverConfig::default()).await;
-    let mut attacher = cluster.replica("replica-a", &LEADER_ELECTION);
+    let mut attacher = cluster.replica("replica-a", &FAST_LEADER_ELECTION);
     cluster.wait_leading("replica-a", TIMEOUT).await;
     cluster.attached().await;
     for verb in ["update", "patch", "get"] {
@@ -61,7 +62,7 @@ async fn a_lease_that_cannot_be_renewed_exits_1() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_exits_0_and_hands_the_lease_back() {
     let cluster = Cluster::start(MockDriverConfig::default()).await;
-    let mut attacher = cluster.replica("replica-a", &LEADER_ELECTION);
+    let mut attacher = cluster.replica("replica-a", &FAST_LEADER_ELECTION);
     cluster.wait_leading("replica-a", TIMEOUT).await;
     let va = cluster.attached().await;
     attacher.signal(Signal::TERM).unwrap();
@@ -72,7 +73,7 @@ async fn sigterm_exits_0_and_hands_the_lease_back() {
         "released, so a standby takes over at once"
     );
     // A standby started now leads at once (no lease-duration wait) and detaches.
-    let _standby = cluster.replica("replica-b", &LEADER_ELECTION);
+    let _standby = cluster.replica("replica-b", &FAST_LEADER_ELECTION);
     cluster.wait_leading("replica-b", TIMEOUT).await;
     cluster.detached(va.metadata.name.as_deref().unwrap()).await;
     assert!(!cluster.published_volume("vol-1"));

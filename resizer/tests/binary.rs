@@ -590,7 +590,7 @@ async fn exit_code(args: &[&str]) -> (Option<i32>, String) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn bad_flags_and_unsupported_features_exit_with_clear_codes() {
+async fn bad_flags_exit_with_clear_codes() {
     for (args, code, text) in [
         (&["--no-such-flag"][..], 2, "no-such-flag"),
         (&["--timeout=5"], 2, "timeout"),
@@ -750,4 +750,37 @@ async fn after_a_final_error_lowering_the_request_changes_the_target() {
     let first = sizes.iter().position(|s| *s == 3 * GI).unwrap();
     assert!(sizes[..first].iter().all(|s| *s == 10 * GI), "{sizes:?}");
     assert!(sizes[first..].iter().all(|s| *s == 3 * GI), "{sizes:?}");
+}
+
+/// client-go's elector gives up after `--leader-election-renew-deadline` of failed renewals and
+/// the sidecar exits (upstream `klog.Fatal`, here exit 1 from `main`): a replica that cannot
+/// prove it leads must stop acting before another one takes over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_that_cannot_be_renewed_exits_1() {
+    let cluster = Cluster::start(no_node_expansion()).await;
+    let mut resizer = cluster.replica("replica-a", &FAST_LEADER_ELECTION);
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        cluster.client.clone(),
+        "default",
+    );
+    eventually("replica-a holds the Lease", TIMEOUT, async || {
+        let lease = leases
+            .get_opt("external-resizer-hostpath-csi-k8s-io")
+            .await
+            .ok()??;
+        (lease.spec?.holder_identity.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+    cluster.request("2Gi").await;
+    cluster.capacity_reaches("2Gi").await;
+    for verb in ["update", "patch", "get"] {
+        cluster
+            .server
+            .faults()
+            .fail(verb, "leases", 500, usize::MAX);
+    }
+    let status = resizer.wait_exit(TIMEOUT).await.unwrap();
+    assert_eq!(status.code(), Some(1));
+    let log = resizer.log_text();
+    assert!(log.contains("stopped leading"), "{log}");
 }

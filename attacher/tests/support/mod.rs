@@ -401,15 +401,6 @@ pub(crate) async fn metrics(addr: std::net::SocketAddr) -> Option<String> {
 /// The Lease of `DRIVER` (`external-attacher-leader-<sanitized driver>`).
 pub(crate) const LEASE: &str = "external-attacher-leader-hostpath-csi-k8s-io";
 
-/// Leader election in `default` with short timings, so a take-over happens within seconds.
-pub(crate) const LEADER_ELECTION: [&str; 5] = [
-    "--leader-election",
-    "--leader-election-namespace=default",
-    "--leader-election-lease-duration=3s",
-    "--leader-election-renew-deadline=2s",
-    "--leader-election-retry-period=500ms",
-];
-
 impl Cluster {
     /// The holder identity written in the Lease, if the Lease exists.
     pub(crate) async fn lease_holder(&self) -> Option<String> {

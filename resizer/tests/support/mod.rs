@@ -40,7 +40,7 @@ pub(crate) const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// API server, mock driver with `vol-1` (1Gi), and claim `default/data` bound to `pv-1`.
 pub(crate) struct Cluster {
-    pub(crate) _server: ApiServer,
+    pub(crate) server: ApiServer,
     pub(crate) _listening: Listening,
     pub(crate) client: Client,
     pub(crate) driver: MockDriverHandle,
@@ -81,7 +81,7 @@ impl Cluster {
         .await
         .unwrap();
         let cluster = Self {
-            _server: server,
+            server,
             _listening: listening,
             client,
             driver,
