@@ -34,16 +34,29 @@ pub(crate) enum ExpandError {
 }
 
 impl ExpandError {
-    /// Whether the driver has stopped working on the request (csi-common's one classifier).
-    /// Our own failures before any call are final: nothing runs on the driver.
+    /// Whether the driver has stopped working on the target (csi-common's one classifier for a
+    /// gRPC status; an OK answer below the target is final too). Failures before any call are
+    /// not final (spec §2.4 step 8, upstream `IsFinalError`: "non-gRPC errors count as
+    /// non-final"): an earlier, uncertain call may still be running on the driver, so the user
+    /// lowering the request must not change the target yet.
     pub(crate) fn is_final(&self) -> bool {
         match self {
             Self::Csi(err) => err.is_final(),
-            Self::CapacityTooSmall { .. }
-            | Self::Secret(_)
-            | Self::AccessModes(_)
-            | Self::NoVolumeHandle => true,
+            Self::CapacityTooSmall { .. } => true,
+            Self::Secret(_) | Self::AccessModes(_) | Self::NoVolumeHandle => false,
         }
+    }
+
+    /// Whether the claim shows a `ControllerResizeError` condition: after a final error (as
+    /// upstream), and also after our own failures before the call (a missing Secret, access
+    /// modes without a CSI equivalent, an empty handle), which upstream only logs; they are the
+    /// user's to fix and must show on the claim.
+    pub(crate) fn shows_condition(&self) -> bool {
+        self.is_final()
+            || matches!(
+                self,
+                Self::Secret(_) | Self::AccessModes(_) | Self::NoVolumeHandle
+            )
     }
 
     /// Whether the driver said this size cannot be had (upstream `isInfeasibleError`:
@@ -103,7 +116,7 @@ mod tests {
                 true,
                 false,
             ),
-            (ExpandError::NoVolumeHandle, true, false),
+            (ExpandError::NoVolumeHandle, false, false),
         ];
         for (err, is_final, infeasible) in cases {
             assert_eq!(
@@ -112,6 +125,11 @@ mod tests {
                 "{err}"
             );
             assert_eq!(err.is_final(), is_final, "{err}");
+            assert_eq!(
+                err.shows_condition(),
+                is_final || matches!(err, ExpandError::NoVolumeHandle),
+                "{err}"
+            );
             assert_eq!(err.is_infeasible(), infeasible, "{err}");
         }
     }

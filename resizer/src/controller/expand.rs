@@ -322,14 +322,16 @@ async fn failed<D>(
     }
     let message = failure_message(ctx, pv_name, err);
     tracing::warn!(pvc = key, final_error = is_final, "{message}");
-    if is_final {
+    if err.shows_condition() {
         let infeasible = err.is_infeasible();
         if infeasible {
             ctx.state.slow_add(key);
         } else {
             ctx.state.slow_remove(key);
         }
-        let next = transition::failed(current, &message, infeasible, Timestamp::now());
+        // The condition carries the error alone ("failed to expand pvc with rpc error: …", as
+        // upstream); the event carries the whole message.
+        let next = transition::failed(current, &error_chain(err), infeasible, Timestamp::now());
         // A failed write is logged there; the retry below comes back to it.
         let _ = write_status(ctx, current, &next, false).await;
     } else {

@@ -223,7 +223,7 @@ async fn a_driver_answering_less_than_asked_changes_no_capacity() {
         assert_eq!(
             error.message.unwrap(),
             format!(
-                "failed to expand pvc with resize volume \"pv-1\" by resizer \"{DRIVER}\" failed: CSI driver returned capacity {capacity} bytes, less than the requested {} bytes",
+                "failed to expand pvc with CSI driver returned capacity {capacity} bytes, less than the requested {} bytes",
                 2 * GI
             )
         );
