@@ -54,6 +54,10 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
     if ctx.settings.flow == Flow::Legacy {
         return legacy::sync(ctx, key, &pvc, &pv, &claim).await;
     }
+    // Read before marking, as upstream's `expandAndRecover` (`inSlowSet`, then
+    // `markForSlowRetry`): an Infeasible claim that this process has not seen fail yet (after
+    // a restart or a failover) gets one attempt at once, then waits out the window.
+    let slow = ctx.state.slow_remaining(key);
     if claim.resize_status.as_deref() == Some(resize_status::CONTROLLER_INFEASIBLE) {
         ctx.state.slow_add(key);
     }
@@ -66,7 +70,7 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
     };
     let mut current = (*pvc).clone();
     if claim.allocated == Some(target) {
-        if let Some(remaining) = ctx.state.slow_remaining(key) {
+        if let Some(remaining) = slow {
             tracing::debug!(
                 pvc = key,
                 ?remaining,

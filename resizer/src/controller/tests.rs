@@ -262,3 +262,35 @@ async fn a_sync_from_the_stale_cache_after_our_write_does_not_expand_again() {
     let reasons: Vec<_> = h.reasons().into_iter().map(|(r, _)| r).collect();
     assert_eq!(reasons, ["Resizing", "FileSystemResizeRequired"]);
 }
+
+#[tokio::test]
+async fn an_infeasible_claim_from_before_a_restart_is_tried_once_at_once_then_waits() {
+    let too_big = || Err(CsiError::status(tonic::Code::OutOfRange, "too big"));
+    let mut h = harness(vec![too_big(), too_big()]).await;
+    assert_eq!(expand::sync(&h.ctx, KEY).await, Outcome::Retry);
+    eventually(
+        "the cache sees ControllerResizeInfeasible",
+        Duration::from_secs(10),
+        async || {
+            let claim = h.ctx.stores.claim(KEY)?;
+            let statuses = claim
+                .status
+                .as_ref()?
+                .allocated_resource_statuses
+                .as_ref()?;
+            (statuses.get("storage")?.as_str() == "ControllerResizeInfeasible").then_some(())
+        },
+    )
+    .await;
+    // A new process (restart, failover): empty in-memory sets. Upstream's `expandAndRecover`
+    // reads the slow set before marking the claim, so this first sync calls the driver.
+    h.ctx.state = Arc::new(State::new(Duration::from_mins(1)));
+    assert_eq!(expand::sync(&h.ctx, KEY).await, Outcome::Retry);
+    assert_eq!(*h.ctx.driver.requested.lock().unwrap(), [2 * GI, 2 * GI]);
+    // Now the claim waits out the slow-retry window without a call.
+    assert!(matches!(
+        expand::sync(&h.ctx, KEY).await,
+        Outcome::RetryAfter(_)
+    ));
+    assert_eq!(h.ctx.driver.requested.lock().unwrap().len(), 2);
+}
