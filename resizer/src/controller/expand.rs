@@ -42,7 +42,10 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
     }
     let mut claim = match decide::claim(&pvc, pv.as_deref(), &ctx.settings.driver) {
         Ok(claim) => claim,
-        Err(skip) => return skipped(ctx, &pvc, key, &skip),
+        Err(skip) => {
+            release_pods(ctx, &pvc);
+            return skipped(ctx, &pvc, key, &skip);
+        }
     };
     let Some(pv) = pv else {
         return Outcome::Retry;
@@ -66,6 +69,7 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
         trivial: ctx.settings.resizer == Resizer::Trivial,
     };
     let Some(target) = decide::target(&claim, history) else {
+        release_pods(ctx, &pvc);
         return Outcome::Done;
     };
     let mut current = (*pvc).clone();
@@ -343,6 +347,18 @@ async fn failed<D>(
     }
     resize_failed(ctx, current, message);
     Outcome::Retry
+}
+
+/// The claim needs no expansion (any more): it stops waiting for its pods, so its
+/// namespace's pod watch does not outlive the reason for it (e.g. the user lowered the request
+/// while a StatefulSet pod keeps using the claim).
+pub(super) fn release_pods<D>(ctx: &Context<D>, pvc: &PersistentVolumeClaim) {
+    if let Some(pods) = &ctx.pods {
+        pods.forget(
+            pvc.metadata.namespace.as_deref().unwrap_or_default(),
+            pvc.metadata.name.as_deref().unwrap_or_default(),
+        );
+    }
 }
 
 /// Upstream's `resize volume "<pv>" by resizer "<driver>" failed: <error>`.

@@ -11,8 +11,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::Context;
 use super::expand::{
-    failure_message, in_use_gate, name, resize, resize_failed, resizing_event, succeeded,
-    write_status,
+    failure_message, in_use_gate, name, release_pods, resize, resize_failed, resizing_event,
+    succeeded, write_status,
 };
 use crate::csi::ExpandDriver;
 use crate::decide::{self, Claim};
@@ -27,6 +27,7 @@ pub(super) async fn sync<D: ExpandDriver>(
     claim: &Claim,
 ) -> Outcome {
     let Some(target) = decide::legacy_target(claim) else {
+        release_pods(ctx, pvc);
         return Outcome::Done;
     };
     let next = transition::legacy::in_progress(pvc, Timestamp::now());

@@ -248,7 +248,16 @@ pub(crate) async fn run<D: ExpandDriver>(
     let state = Arc::new(State::new(settings.retry_max));
     let pods = (settings.in_use != inuse::Gate::Off).then(|| {
         let queue = Arc::clone(&queue);
-        PodWatch::new(deps.client.clone(), Arc::new(move |key| queue.add(key)))
+        // The claim's last pod is gone: sync it now, with its backoff reset (the minutes it
+        // waited for the pod say nothing about the driver, and an offline driver may still
+        // answer FAILED_PRECONDITION once or twice while the volume is being detached).
+        PodWatch::new(
+            deps.client.clone(),
+            Arc::new(move |key: String| {
+                queue.forget(&key);
+                queue.add(key);
+            }),
+        )
     });
     let stores = deps.stores;
     let context = Arc::new(Context {
