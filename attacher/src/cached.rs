@@ -56,7 +56,7 @@ impl VolumeAttachment {
     pub(crate) fn annotation(&self, key: &str) -> Option<&str> {
         match &self.metadata.annotations {
             Some(map) => map.get(key).map(String::as_str),
-            None => cached::lookup(&self.annotations, key),
+            None => cached::lookup(&self.annotations, key).map(String::as_str),
         }
     }
 }

@@ -31,31 +31,33 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
-/// A string map read as k8s-openapi reads it (`null` is absent), kept as a list sorted by key.
+/// A map with string keys read as k8s-openapi reads it (`null` is absent), kept as a list
+/// sorted by key.
 ///
 /// A `BTreeMap<String, String>` allocates a node with room for eleven entries (544 bytes) even
-/// for the one or two annotations or volume attributes an object usually has; look a key up in
-/// the list with [`lookup`].
+/// for the one or two annotations, volume attributes or capacities an object usually has; look
+/// a key up in the list with [`lookup`].
 ///
 /// # Errors
 ///
 /// The deserializer's error when the value is neither `null` nor a map of strings.
 #[allow(clippy::type_complexity, reason = "serde's deserialize_with signature")]
-pub fn sorted_pairs<'de, D>(deserializer: D) -> Result<Option<Box<[(String, String)]>>, D::Error>
+pub fn sorted_pairs<'de, D, V>(deserializer: D) -> Result<Option<Box<[(String, V)]>>, D::Error>
 where
     D: Deserializer<'de>,
+    V: Deserialize<'de>,
 {
-    let map = Option::<BTreeMap<String, String>>::deserialize(deserializer)?;
+    let map = Option::<BTreeMap<String, V>>::deserialize(deserializer)?;
     Ok(map.map(|map| map.into_iter().collect()))
 }
 
 /// The value of `key` in a list sorted by key, as [`sorted_pairs`] makes it.
 #[must_use]
-pub fn lookup<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+pub fn lookup<'a, V>(pairs: &'a [(String, V)], key: &str) -> Option<&'a V> {
     pairs
         .binary_search_by(|(k, _)| k.as_str().cmp(key))
         .ok()
-        .map(|i| pairs[i].1.as_str())
+        .map(|i| &pairs[i].1)
 }
 
 /// Makes `$projection` the same Kubernetes resource as `$real`: the group, version, kind,
@@ -174,10 +176,10 @@ mod tests {
                 ("c".to_owned(), String::new()),
             ]
         );
-        assert_eq!(lookup(&pairs, "a"), Some("1"));
-        assert_eq!(lookup(&pairs, "c"), Some(""));
+        assert_eq!(lookup(&pairs, "a").map(String::as_str), Some("1"));
+        assert_eq!(lookup(&pairs, "c").map(String::as_str), Some(""));
         assert_eq!(lookup(&pairs, "d"), None);
-        assert_eq!(lookup(&[], "a"), None);
+        assert_eq!(lookup::<String>(&[], "a"), None);
         let empty: Projection = serde_json::from_value(json!({"data": {}})).unwrap();
         assert_eq!(empty.data.as_deref(), Some(&[][..]));
         assert!(serde_json::from_value::<Projection>(json!({"data": {"a": 1}})).is_err());

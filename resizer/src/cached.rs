@@ -9,9 +9,10 @@
 //!
 //! Kept, and why: of `metadata` all but what [`trim_volume`] drops (the name for requests,
 //! patches and events; annotations for the pre-resize capacity and the modify secret); of the
-//! spec `capacity` (the size to grow from), `claimRef` (bound to this claim?), `csi` (driver,
-//! handle, Secrets, fsType, attributes), and `accessModes`, `mountOptions` and `volumeMode` (the
-//! volume capability of ControllerExpandVolume). Not the in-tree sources (a PV without `csi` is
+//! spec `capacity` (the size to grow from), `claimRef` (bound to this claim?), of `csi` the
+//! driver, handle, fsType and expand Secret, and `accessModes`, `mountOptions` and `volumeMode`
+//! (the volume capability of ControllerExpandVolume). Maps with a string key are kept as lists
+//! sorted by key, rebuilt by [`PersistentVolume::to_full`]. Not the in-tree sources (a PV without `csi` is
 //! not the resizer's, whichever source it has), `volumeAttributesClassName` (written, never
 //! read: the claim's status says the class), node affinity, reclaim policy, class nor status.
 //!
@@ -19,11 +20,9 @@
 //! transitions diff old and new claims field by field to build the `/status` patches, and a
 //! claim is 1.2 KiB, a third of a PV (docs/bench.md).
 
-use std::collections::BTreeMap;
-
-use csi_common::cached::required;
+use csi_common::cached::{required, sorted_pairs};
 use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, ObjectReference, PersistentVolumeClaim,
+    CSIPersistentVolumeSource, ObjectReference, PersistentVolumeClaim, SecretReference,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -37,6 +36,9 @@ pub(crate) struct PersistentVolume {
     pub(crate) metadata: ObjectMeta,
     /// The volume.
     pub(crate) spec: Option<PersistentVolumeSpec>,
+    /// `metadata.annotations` once [`trim_volume`] has moved them here, sorted by key.
+    #[serde(skip)]
+    pub(crate) annotations: Option<Box<[(String, String)]>>,
 }
 
 /// What the resizer reads of a `PersistentVolumeSpec`.
@@ -45,16 +47,37 @@ pub(crate) struct PersistentVolume {
 pub(crate) struct PersistentVolumeSpec {
     /// The volume capability's access mode.
     pub(crate) access_modes: Option<Vec<String>>,
-    /// The size the volume has (`storage`).
-    pub(crate) capacity: Option<BTreeMap<String, Quantity>>,
+    /// The size the volume has (`storage`), as a list sorted by key (see
+    /// [`csi_common::cached::sorted_pairs`]).
+    #[serde(default, deserialize_with = "sorted_pairs")]
+    pub(crate) capacity: Option<Box<[(String, Quantity)]>>,
     /// The claim the volume is bound to.
     pub(crate) claim_ref: Option<ObjectReference>,
     /// The CSI volume; without it the PV is not the resizer's.
-    pub(crate) csi: Option<CSIPersistentVolumeSource>,
+    pub(crate) csi: Option<CsiSource>,
     /// The mount flags of the volume capability.
     pub(crate) mount_options: Option<Vec<String>>,
     /// `Block` or `Filesystem`.
     pub(crate) volume_mode: Option<String>,
+}
+
+/// What the resizer reads of a `CSIPersistentVolumeSource`: not the volume attributes, the
+/// read-only flag nor the Secrets of the RPCs other sidecars and the kubelet call
+/// (ControllerExpandVolume and ControllerModifyVolume take none of them).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CsiSource {
+    /// Which resizer handles the volume.
+    #[serde(default, deserialize_with = "required")]
+    pub(crate) driver: String,
+    /// The CSI volume ID.
+    #[serde(default, deserialize_with = "required")]
+    pub(crate) volume_handle: String,
+    /// The filesystem type of a mount volume.
+    pub(crate) fs_type: Option<String>,
+    /// The Secret for ControllerExpandVolume (and ControllerModifyVolume without the
+    /// annotations).
+    pub(crate) controller_expand_secret_ref: Option<SecretReference>,
 }
 
 impl PersistentVolume {
@@ -62,16 +85,29 @@ impl PersistentVolume {
     /// decisions, the CSI requests, the patches); the fields not kept are unset, and none of
     /// that code reads them.
     pub(crate) fn to_full(&self) -> k8s_openapi::api::core::v1::PersistentVolume {
+        let map = |pairs: &Option<Box<[(String, Quantity)]>>| {
+            pairs.as_ref().map(|pairs| pairs.iter().cloned().collect())
+        };
+        let mut metadata = self.metadata.clone();
+        if let Some(annotations) = &self.annotations {
+            metadata.annotations = Some(annotations.iter().cloned().collect());
+        }
         k8s_openapi::api::core::v1::PersistentVolume {
-            metadata: self.metadata.clone(),
+            metadata,
             spec: self
                 .spec
                 .as_ref()
                 .map(|spec| k8s_openapi::api::core::v1::PersistentVolumeSpec {
                     access_modes: spec.access_modes.clone(),
-                    capacity: spec.capacity.clone(),
+                    capacity: map(&spec.capacity),
                     claim_ref: spec.claim_ref.clone(),
-                    csi: spec.csi.clone(),
+                    csi: spec.csi.as_ref().map(|csi| CSIPersistentVolumeSource {
+                        driver: csi.driver.clone(),
+                        volume_handle: csi.volume_handle.clone(),
+                        fs_type: csi.fs_type.clone(),
+                        controller_expand_secret_ref: csi.controller_expand_secret_ref.clone(),
+                        ..Default::default()
+                    }),
                     mount_options: spec.mount_options.clone(),
                     volume_mode: spec.volume_mode.clone(),
                     ..Default::default()
@@ -87,9 +123,14 @@ csi_common::same_resource_as!(
 );
 
 /// What the PersistentVolume cache drops: the metadata the resizer never reads (labels, owner
-/// references, `managedFields`). The annotations stay (pre-resize capacity, modify secret).
+/// references, `managedFields`). The annotations (pre-resize capacity, modify secret) move from
+/// their `BTreeMap`, which allocates room for eleven entries (544 bytes), to a list of the one or
+/// two a PV has.
 pub(crate) fn trim_volume(pv: &mut PersistentVolume) {
     trim_meta(&mut pv.metadata);
+    if let Some(map) = pv.metadata.annotations.take() {
+        pv.annotations = Some(map.into_iter().collect());
+    }
 }
 
 /// What the PersistentVolumeClaim cache drops: labels, owner references and `managedFields`,
@@ -170,7 +211,13 @@ mod tests {
                 access_modes: spec.access_modes,
                 capacity: spec.capacity,
                 claim_ref: spec.claim_ref,
-                csi: spec.csi,
+                csi: spec.csi.map(|csi| CSIPersistentVolumeSource {
+                    driver: csi.driver,
+                    volume_handle: csi.volume_handle,
+                    fs_type: csi.fs_type,
+                    controller_expand_secret_ref: csi.controller_expand_secret_ref,
+                    ..Default::default()
+                }),
                 mount_options: spec.mount_options,
                 volume_mode: spec.volume_mode,
                 ..Default::default()
@@ -225,13 +272,38 @@ mod tests {
             }
         }
         let mut pv: PersistentVolume = serde_json::from_value(volume_json()).unwrap();
+        let untrimmed = pv.to_full();
         let want = PersistentVolume {
-            metadata: kept_meta(&pv.metadata),
+            metadata: ObjectMeta {
+                annotations: None,
+                ..kept_meta(&pv.metadata)
+            },
+            annotations: Some(Box::new([
+                (
+                    "pv.kubernetes.io/provisioned-by".into(),
+                    "hostpath.csi.k8s.io".into(),
+                ),
+                (
+                    "volume.alpha.kubernetes.io/pre-resize-capacity".into(),
+                    "1Gi".into(),
+                ),
+            ])),
             ..pv.clone()
         };
         trim_volume(&mut pv);
         assert_eq!(pv, want);
-        assert!(pv.metadata.annotations.is_some() && pv.metadata.finalizers.is_some());
+        assert_eq!(
+            pv.to_full(),
+            RealPv {
+                metadata: ObjectMeta {
+                    annotations: untrimmed.metadata.annotations.clone(),
+                    ..kept_meta(&untrimmed.metadata)
+                },
+                ..untrimmed
+            },
+            "a trimmed PV reads as the untrimmed one but for labels, owner references and \
+             managedFields"
+        );
 
         let mut pvc: PersistentVolumeClaim = serde_json::from_value(json!({
             "metadata": {

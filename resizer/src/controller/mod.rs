@@ -92,6 +92,11 @@ impl Stores {
         let pv = self.volumes.get(&ObjectRef::new(name))?;
         Some(Arc::new(pv.to_full()))
     }
+
+    /// Whether PV `name` is cached, without building it.
+    fn has_volume(&self, name: &str) -> bool {
+        self.volumes.get(&ObjectRef::new(name)).is_some()
+    }
 }
 
 /// `namespace/name`, the queue key (client-go `MetaNamespaceKeyFunc`).
