@@ -23,36 +23,15 @@
 //! Fields that k8s-openapi treats as required read an absent or `null` value as the default, as
 //! k8s-openapi's own deserializers do.
 //!
-//! The provisioner and the resizer could cache projections the same way; `same_resource_as!`
-//! and `required` would then move to csi-common.
+//! The helpers (`required`, `sorted_pairs`, `same_resource_as!`) are in `csi_common::cached`,
+//! shared with the resizer.
 
-use std::collections::BTreeMap;
-
+use csi_common::cached::{self, required, sorted_pairs};
 use k8s_openapi::api::core::v1::SecretReference;
 use k8s_openapi::api::storage::v1::VolumeAttachmentStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
 use serde::de::IgnoredAny;
-use serde::{Deserialize, Deserializer};
-
-/// k8s-openapi's reading of a required field: absent (with `#[serde(default)]`) or `null` is
-/// the default value.
-fn required<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
-}
-
-/// A string map read as k8s-openapi reads it (`null` is absent), kept as a list sorted by key.
-#[allow(clippy::type_complexity, reason = "serde's deserialize_with signature")]
-fn sorted_pairs<'de, D>(deserializer: D) -> Result<Option<Box<[(String, String)]>>, D::Error>
-where
-    D: Deserializer<'de>,
-{
-    let map = Option::<BTreeMap<String, String>>::deserialize(deserializer)?;
-    Ok(map.map(|map| map.into_iter().collect()))
-}
 
 /// The fields of a `storage.k8s.io/v1` VolumeAttachment the attacher reads.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -77,11 +56,7 @@ impl VolumeAttachment {
     pub(crate) fn annotation(&self, key: &str) -> Option<&str> {
         match &self.metadata.annotations {
             Some(map) => map.get(key).map(String::as_str),
-            None => self
-                .annotations
-                .binary_search_by(|(k, _)| k.as_str().cmp(key))
-                .ok()
-                .map(|i| self.annotations[i].1.as_str()),
+            None => cached::lookup(&self.annotations, key).map(String::as_str),
         }
     }
 }
@@ -172,38 +147,11 @@ pub(crate) struct CsiSource {
     pub(crate) controller_publish_secret_ref: Option<SecretReference>,
 }
 
-/// The group, version, kind and plural of `$real`, and `metadata` as the object's metadata.
-macro_rules! same_resource_as {
-    ($projection:ty, $real:ty) => {
-        impl k8s_openapi::Resource for $projection {
-            const API_VERSION: &'static str = <$real as k8s_openapi::Resource>::API_VERSION;
-            const GROUP: &'static str = <$real as k8s_openapi::Resource>::GROUP;
-            const KIND: &'static str = <$real as k8s_openapi::Resource>::KIND;
-            const VERSION: &'static str = <$real as k8s_openapi::Resource>::VERSION;
-            const URL_PATH_SEGMENT: &'static str =
-                <$real as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-            type Scope = <$real as k8s_openapi::Resource>::Scope;
-        }
-
-        impl k8s_openapi::Metadata for $projection {
-            type Ty = ObjectMeta;
-
-            fn metadata(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-
-            fn metadata_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
-
-same_resource_as!(
+csi_common::same_resource_as!(
     VolumeAttachment,
     k8s_openapi::api::storage::v1::VolumeAttachment
 );
-same_resource_as!(
+csi_common::same_resource_as!(
     PersistentVolume,
     k8s_openapi::api::core::v1::PersistentVolume
 );

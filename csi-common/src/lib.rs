@@ -12,6 +12,7 @@
 //! what a returned error or a resolved loss signal means for the process.
 
 pub mod access_modes;
+pub mod cached;
 pub mod capabilities;
 pub mod connection;
 pub mod controller;

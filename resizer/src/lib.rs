@@ -12,6 +12,7 @@
 //! parsing, on csi-common's `Sidecar`.
 
 pub mod args;
+mod cached;
 mod controller;
 mod csi;
 mod decide;

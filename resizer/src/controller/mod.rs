@@ -25,6 +25,7 @@ use kube::{Client, ResourceExt};
 
 use self::pods::PodWatch;
 use self::state::State;
+use crate::cached;
 use crate::csi::ExpandDriver;
 use crate::mode::Resizer;
 use crate::{decide, inuse};
@@ -68,7 +69,8 @@ pub(crate) enum Flow {
 #[derive(Clone)]
 pub(crate) struct Stores {
     claims: Store<PersistentVolumeClaim>,
-    volumes: Store<PersistentVolume>,
+    /// Projections: a lookup builds the real PersistentVolume (see [`crate::cached`]).
+    volumes: Store<cached::PersistentVolume>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -87,7 +89,13 @@ impl Stores {
     }
 
     fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
-        self.volumes.get(&ObjectRef::new(name))
+        let pv = self.volumes.get(&ObjectRef::new(name))?;
+        Some(Arc::new(pv.to_full()))
+    }
+
+    /// Whether PV `name` is cached, without building it.
+    fn has_volume(&self, name: &str) -> bool {
+        self.volumes.get(&ObjectRef::new(name)).is_some()
     }
 }
 
@@ -99,22 +107,16 @@ fn key(pvc: &PersistentVolumeClaim) -> String {
 /// Starts the informers; the caches fill in the returned tasks.
 pub(crate) fn stores(client: &Client) -> (Stores, Vec<InformerTask>, StoreHandlers) {
     let handlers = StoreHandlers::default();
-    let (claims, pvc_task) = informer::informer(
-        kube::Api::all(client.clone()),
-        |pvc: &mut PersistentVolumeClaim| informer::trim_managed_fields(&mut pvc.metadata),
-        {
+    let (claims, pvc_task) =
+        informer::informer(kube::Api::all(client.clone()), cached::trim_claim, {
             let handlers = handlers.clone();
             move |change: Change<'_, PersistentVolumeClaim>| handlers.claim(&change)
-        },
-    );
-    let (volumes, pv_task) = informer::informer(
-        kube::Api::all(client.clone()),
-        |pv: &mut PersistentVolume| informer::trim_managed_fields(&mut pv.metadata),
-        {
+        });
+    let (volumes, pv_task) =
+        informer::informer(kube::Api::all(client.clone()), cached::trim_volume, {
             let handlers = handlers.clone();
-            move |change: Change<'_, PersistentVolume>| handlers.volume(&change)
-        },
-    );
+            move |change: Change<'_, cached::PersistentVolume>| handlers.volume(&change)
+        });
     (
         Stores { claims, volumes },
         vec![pvc_task, pv_task],
@@ -154,7 +156,7 @@ impl StoreHandlers {
     /// Not upstream (whose PV informer has no handlers): a PV carrying the pre-resize-capacity
     /// annotation queues its claim, so the annotation goes even when kubelet finished the
     /// claim before this cache saw the annotation being added.
-    fn volume(&self, change: &Change<'_, PersistentVolume>) {
+    fn volume(&self, change: &Change<'_, cached::PersistentVolume>) {
         let Some(routing) = self
             .0
             .lock()
@@ -164,7 +166,7 @@ impl StoreHandlers {
             return;
         };
         if let Change::Applied { new, .. } = *change
-            && let Some(key) = decide::claim_of_annotated_volume(new)
+            && let Some(key) = decide::claim_of_annotated_volume(&new.to_full())
         {
             routing.queue.add(key);
         }

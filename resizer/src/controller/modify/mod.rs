@@ -125,8 +125,7 @@ impl Handlers {
         match *change {
             Change::Applied { ref old, new } => {
                 let queue = old.as_deref().is_none_or(|old| {
-                    let cached =
-                        bound_volume(new).is_some_and(|pv| routing.stores.volume(pv).is_some());
+                    let cached = bound_volume(new).is_some_and(|pv| routing.stores.has_volume(pv));
                     decide::update_needs_sync(old, new, cached)
                 });
                 if queue {
