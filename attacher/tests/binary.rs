@@ -154,15 +154,13 @@ async fn a_va_whose_pv_and_csinode_are_gone_still_detaches() {
     // Two more attaches fail once the attacher's caches have lost the PV and the CSINode, so
     // the detach below cannot use either.
     let probe = cluster.create_va("va-probe", pv_source("pv-1")).await;
-    assert_eq!(
-        cluster.attach_error(&probe).await.message.as_deref(),
-        Some(r#"persistentvolume "pv-1" not found"#)
-    );
+    cluster
+        .attach_error_becomes(&probe, r#"persistentvolume "pv-1" not found"#)
+        .await;
     let other = cluster.request_attach("pv-2").await;
-    assert_eq!(
-        cluster.attach_error(&other).await.message.as_deref(),
-        Some(r#"csinode.storage.k8s.io "mock-node" not found"#)
-    );
+    cluster
+        .attach_error_becomes(&other, r#"csinode.storage.k8s.io "mock-node" not found"#)
+        .await;
 
     cluster.delete_va(&name).await;
     assert!(

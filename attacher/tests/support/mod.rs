@@ -263,6 +263,18 @@ impl Cluster {
         .await
     }
 
+    /// Waits until VA `name`'s `status.attachError` says `message`. The attacher's informers
+    /// see related changes (a PV or CSINode deleted) in no fixed order, so an earlier retry may
+    /// fail for another reason first.
+    pub(crate) async fn attach_error_becomes(&self, name: &str, message: &str) {
+        let vas = self.attachments();
+        eventually(&format!("attachError {message:?}"), TIMEOUT, async || {
+            let error = vas.get(name).await.ok()?.status?.attach_error?;
+            (error.message.as_deref() == Some(message)).then_some(())
+        })
+        .await;
+    }
+
     /// Waits for an event with `reason` about the object `name` and returns it.
     pub(crate) async fn event_about(&self, name: &str, reason: &str) -> Event {
         eventually(
