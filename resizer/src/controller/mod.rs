@@ -68,7 +68,8 @@ pub(crate) enum Flow {
 /// The informer caches.
 #[derive(Clone)]
 pub(crate) struct Stores {
-    claims: Store<PersistentVolumeClaim>,
+    /// Projections: a lookup builds the real PersistentVolumeClaim (see [`crate::cached`]).
+    claims: Store<cached::PersistentVolumeClaim>,
     /// Projections: a lookup builds the real PersistentVolume (see [`crate::cached`]).
     volumes: Store<cached::PersistentVolume>,
 }
@@ -85,7 +86,17 @@ impl std::fmt::Debug for Stores {
 impl Stores {
     fn claim(&self, key: &str) -> Option<Arc<PersistentVolumeClaim>> {
         let (namespace, name) = key.split_once('/')?;
-        self.claims.get(&ObjectRef::new(name).within(namespace))
+        let pvc = self.claims.get(&ObjectRef::new(name).within(namespace))?;
+        Some(Arc::new(pvc.to_full()))
+    }
+
+    /// Every cached claim, rebuilt.
+    fn all_claims(&self) -> Vec<PersistentVolumeClaim> {
+        self.claims
+            .state()
+            .iter()
+            .map(|pvc| pvc.to_full())
+            .collect()
     }
 
     fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
@@ -110,7 +121,13 @@ pub(crate) fn stores(client: &Client) -> (Stores, Vec<InformerTask>, StoreHandle
     let (claims, pvc_task) =
         informer::informer(kube::Api::all(client.clone()), cached::trim_claim, {
             let handlers = handlers.clone();
-            move |change: Change<'_, PersistentVolumeClaim>| handlers.claim(&change)
+            move |change: Change<'_, cached::PersistentVolumeClaim>| match change {
+                Change::Applied { old, new } => handlers.claim(&Change::Applied {
+                    old: old.map(|old| Arc::new(old.to_full())),
+                    new: &new.to_full(),
+                }),
+                Change::Deleted(pvc) => handlers.claim(&Change::Deleted(&pvc.to_full())),
+            }
         });
     let (volumes, pv_task) =
         informer::informer(kube::Api::all(client.clone()), cached::trim_volume, {
@@ -307,7 +324,7 @@ async fn drive(
 /// client-go's resync: every cached claim goes on the queue again (the update handler's
 /// same-resourceVersion rule).
 fn resync(stores: &Stores, queue: &WorkQueue<String>) {
-    for pvc in stores.claims.state() {
+    for pvc in stores.all_claims() {
         queue.add(key(&pvc));
     }
 }

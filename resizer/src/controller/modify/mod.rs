@@ -153,7 +153,7 @@ impl Handlers {
         };
         if let Change::Applied { old: None, new } = *change {
             let name = new.metadata.name.as_deref().unwrap_or_default();
-            for pvc in routing.stores.claims.state() {
+            for pvc in routing.stores.all_claims() {
                 if decide::waits_for_class(&pvc, name) {
                     routing.queue.add(key(&pvc));
                 }
@@ -197,11 +197,10 @@ pub(crate) async fn run<M: ModifyDriver>(
     // Upstream `initUncertainPVCs`: a call may have been running for every InProgress claim
     // when the previous process stopped.
     let uncertain: HashSet<String> = stores
-        .claims
-        .state()
+        .all_claims()
         .iter()
         .filter(|pvc| decide::uncertain_at_start(pvc))
-        .map(|pvc| key(pvc))
+        .map(key)
         .collect();
     let state = Arc::new(State::new(settings.retry_max));
     let uncertain = Arc::new(Mutex::new(uncertain));
