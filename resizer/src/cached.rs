@@ -55,7 +55,7 @@ pub(crate) struct PersistentVolumeSpec {
     /// The size the volume has (`storage`), as a list sorted by key (see
     /// [`csi_common::cached::sorted_pairs`]).
     #[serde(default, deserialize_with = "sorted_pairs")]
-    pub(crate) capacity: Option<Box<[(String, Quantity)]>>,
+    pub(crate) capacity: Quantities,
     /// The claim the volume is bound to.
     pub(crate) claim_ref: Option<ObjectReference>,
     /// The CSI volume; without it the PV is not the resizer's.
@@ -90,9 +90,6 @@ impl PersistentVolume {
     /// decisions, the CSI requests, the patches); the fields not kept are unset, and none of
     /// that code reads them.
     pub(crate) fn to_full(&self) -> k8s_openapi::api::core::v1::PersistentVolume {
-        let map = |pairs: &Option<Box<[(String, Quantity)]>>| {
-            pairs.as_ref().map(|pairs| pairs.iter().cloned().collect())
-        };
         let mut metadata = self.metadata.clone();
         if let Some(annotations) = &self.annotations {
             metadata.annotations = Some(annotations.iter().cloned().collect());
@@ -104,7 +101,7 @@ impl PersistentVolume {
                 .as_ref()
                 .map(|spec| k8s_openapi::api::core::v1::PersistentVolumeSpec {
                     access_modes: spec.access_modes.clone(),
-                    capacity: map(&spec.capacity),
+                    capacity: to_map(spec.capacity.as_deref()),
                     claim_ref: spec.claim_ref.clone(),
                     csi: spec.csi.as_ref().map(|csi| CSIPersistentVolumeSource {
                         driver: csi.driver.clone(),
