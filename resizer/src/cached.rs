@@ -1,4 +1,5 @@
-//! What the PersistentVolume cache holds: PVs cut down to the fields the resizer reads.
+//! What the PersistentVolume and PersistentVolumeClaim caches hold: the objects cut down to the
+//! fields the resizer reads (and, for claims, writes).
 //!
 //! k8s-openapi's `PersistentVolume` is 3472 bytes before any string (an inline `Option` for each
 //! of some thirty in-tree volume sources); cached in full, a bound PVC+PV pair cost about
