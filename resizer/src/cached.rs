@@ -499,18 +499,18 @@ mod tests {
     #[test]
     fn the_claim_projection_round_trips_the_fixture_claims() {
         let fixtures = [
-            include_str!("../../../shared/fixtures/objects/pvc-0-post-response.json"),
-            include_str!("../../../shared/fixtures/objects/pvc-1-pending-before-provisioning.json"),
+            include_str!("cached/fixtures/pvc-0-post-response.json"),
+            include_str!("cached/fixtures/pvc-1-pending-before-provisioning.json"),
             include_str!(
                 "../../../shared/fixtures/objects/pvc-1b-volumename-set-by-pv-binder.json"
             ),
-            include_str!("../../../shared/fixtures/objects/pvc-2-bound.json"),
-            include_str!("../../../shared/fixtures/objects/pvc-3-resize-patch-response.json"),
-            include_str!("../../../shared/fixtures/objects/pvc-3b-resize-in-progress.json"),
-            include_str!("../../../shared/fixtures/objects/pvc-4-after-controller-resize.json"),
-            include_str!("../../../shared/fixtures/objects/pvc-5-delete-response.json"),
-            include_str!("../../../shared/fixtures/objects/pvc-provisioning-failed-pending.json"),
-            include_str!("../../../shared/fixtures/objects/pvc-resize-infeasible.json"),
+            include_str!("cached/fixtures/pvc-2-bound.json"),
+            include_str!("cached/fixtures/pvc-3-resize-patch-response.json"),
+            include_str!("cached/fixtures/pvc-3b-resize-in-progress.json"),
+            include_str!("cached/fixtures/pvc-4-after-controller-resize.json"),
+            include_str!("cached/fixtures/pvc-5-delete-response.json"),
+            include_str!("cached/fixtures/pvc-provisioning-failed-pending.json"),
+            include_str!("cached/fixtures/pvc-resize-infeasible.json"),
         ];
         let mut seen_status = 0;
         for fixture in fixtures {
