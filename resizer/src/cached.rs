@@ -501,9 +501,7 @@ mod tests {
         let fixtures = [
             include_str!("cached/fixtures/pvc-0-post-response.json"),
             include_str!("cached/fixtures/pvc-1-pending-before-provisioning.json"),
-            include_str!(
-                "../../../shared/fixtures/objects/pvc-1b-volumename-set-by-pv-binder.json"
-            ),
+            include_str!("cached/fixtures/pvc-1b-volumename-set-by-pv-binder.json"),
             include_str!("cached/fixtures/pvc-2-bound.json"),
             include_str!("cached/fixtures/pvc-3-resize-patch-response.json"),
             include_str!("cached/fixtures/pvc-3b-resize-in-progress.json"),
