@@ -32,6 +32,7 @@ use sidecars::{LaunchContext, SidecarSpec};
 use testbed_cluster::apiserver::{ApiServer, Listening};
 use testbed_cluster::kcm::{self, ControllerManager};
 use testbed_support::http_client;
+use testbed_support::leader::FAST_LEADER_ELECTION;
 use testbed_support::process::{self, ChildProcess};
 
 /// Namespace the sandbox's claims live in.
@@ -96,6 +97,10 @@ pub struct Options {
     pub driver_name: String,
     /// Resync period of the controller-manager stand-in.
     pub resync_period: Duration,
+    /// Start the sidecars that talk to the API server with leader election (a short Lease in
+    /// `default`, [`testbed_support::leader::FAST_LEADER_ELECTION`]), as deployed; off by
+    /// default, so a flow never waits for a Lease.
+    pub leader_election: bool,
 }
 
 impl Options {
@@ -109,6 +114,7 @@ impl Options {
             work_dir: None,
             driver_name: testbed_mock_csi::DEFAULT_DRIVER_NAME.to_owned(),
             resync_period: kcm::Config::default().resync_period,
+            leader_election: false,
         }
     }
 }
@@ -268,8 +274,12 @@ impl Sandbox {
             registration_dir: self.registration_dir(),
         };
         let log = self.work_dir.join(format!("{}.log", spec.binary));
-        let mut child = ChildProcess::spawn(spec.binary, binary, &(spec.args)(&ctx), &log)
-            .map_err(|e| error_chain(&e))?;
+        let mut args = (spec.args)(&ctx);
+        if self.options.leader_election && args.iter().any(|a| a.starts_with("--kubeconfig=")) {
+            args.extend(FAST_LEADER_ELECTION.map(str::to_owned));
+        }
+        let mut child =
+            ChildProcess::spawn(spec.binary, binary, &args, &log).map_err(|e| error_chain(&e))?;
         let ready = child
             .wait_ready(Duration::from_secs(15), || process::accepts_tcp(http))
             .await;

@@ -46,7 +46,7 @@ use serde_json::{Value, json};
 
 pub use faults::Faults;
 pub use kubeconfig::Listening;
-pub use requests::RequestCounts;
+pub use requests::{Permission, RequestCounts};
 pub use status::ApiError;
 
 /// Tunables of an [`ApiServer`].

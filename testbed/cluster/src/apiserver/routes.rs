@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode, header};
 
 use super::request::{Format, Query, ResourceRequest};
+use super::requests::Permission;
 use super::resources::{self, ResourceInfo};
 use super::status::ApiError;
 use super::{Shared, delete, discovery, handlers, list, watch};
@@ -199,6 +200,17 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
                 None => info.plural.to_owned(),
             };
             shared.requests.count(verb, &fault_resource);
+            shared.requests.record_client(
+                parts
+                    .headers
+                    .get(header::USER_AGENT)
+                    .and_then(|agent| agent.to_str().ok()),
+                Permission {
+                    group: info.group.to_owned(),
+                    resource: fault_resource.clone(),
+                    verb: verb.to_owned(),
+                },
+            );
             if let Some(code) = shared.faults.check(verb, &fault_resource) {
                 return ApiError::injected(code).into_response();
             }
