@@ -21,6 +21,7 @@ use testbed_deploy_check::workload::{self, BINARIES, Container};
 
 /// Every kustomization under deploy/ an operator can build.
 const KUSTOMIZATIONS: &[&str] = &[
+    "overlays/namespace",
     "overlays/controller",
     "overlays/node",
     "overlays/controller-monitored",
@@ -54,6 +55,50 @@ fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Every directory under deploy/ holding a kustomization.yaml, relative to deploy/, with the
+/// file's text.
+fn kustomization_dirs(dir: &Path, deploy: &Path, out: &mut Vec<(String, String)>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            kustomization_dirs(&path, deploy, out);
+        } else if path.file_name().is_some_and(|n| n == "kustomization.yaml") {
+            let relative = dir.strip_prefix(deploy).unwrap().display().to_string();
+            out.push((relative, std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+}
+
+#[test]
+fn every_kustomization_under_deploy_is_rendered_or_used_by_one_that_is() {
+    let deploy = testbed_deploy_check::workspace_root().join("deploy");
+    let mut found = Vec::new();
+    kustomization_dirs(&deploy, &deploy, &mut found);
+    let mut used_components = Vec::new();
+    for dir in KUSTOMIZATIONS {
+        let text = std::fs::read_to_string(deploy.join(dir).join("kustomization.yaml")).unwrap();
+        let parsed: Value = serde_saphyr::from_str(&text).unwrap();
+        for component in parsed["components"].as_array().into_iter().flatten() {
+            let path = deploy.join(dir).join(component.as_str().unwrap());
+            used_components.push(path.canonicalize().unwrap());
+        }
+    }
+    for (dir, text) in found {
+        if text.contains("kind: Component") {
+            let path = deploy.join(&dir).canonicalize().unwrap();
+            assert!(
+                used_components.contains(&path),
+                "component {dir} is used by no checked kustomization"
+            );
+        } else {
+            assert!(
+                KUSTOMIZATIONS.contains(&dir.as_str()),
+                "{dir} is not in KUSTOMIZATIONS: the checks would skip it"
+            );
+        }
+    }
 }
 
 #[test]
