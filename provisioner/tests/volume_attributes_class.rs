@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_openapi::api::storage::v1::VolumeAttributesClass;
@@ -39,7 +39,7 @@ async fn create_vac(cluster: &Cluster, name: &str, driver: &str) {
             ..ObjectMeta::default()
         },
         driver_name: driver.into(),
-        parameters: Some(BTreeMap::from([("iops".into(), "300".into())])),
+        parameters: Some(string_map(&[("iops", "300")])),
     };
     Api::<VolumeAttributesClass>::all(cluster.client.clone())
         .create(&PostParams::default(), &class)
@@ -70,14 +70,14 @@ async fn failure(cluster: &Cluster) -> String {
 async fn class_parameters_reach_the_driver_and_the_pv_names_the_class() {
     let cluster = Cluster::with_driver(modifying_driver()).await;
     let mut fast = class("fast", "Immediate");
-    fast.parameters = Some(BTreeMap::from([
+    fast.parameters = Some(string_map(&[
         (
-            "csi.storage.k8s.io/controller-modify-secret-name".into(),
-            "modify-${pvc.name}".into(),
+            "csi.storage.k8s.io/controller-modify-secret-name",
+            "modify-${pvc.name}",
         ),
         (
-            "csi.storage.k8s.io/controller-modify-secret-namespace".into(),
-            "${pvc.namespace}".into(),
+            "csi.storage.k8s.io/controller-modify-secret-namespace",
+            "${pvc.namespace}",
         ),
     ]));
     cluster.create_class(fast).await;
@@ -102,7 +102,7 @@ async fn class_parameters_reach_the_driver_and_the_pv_names_the_class() {
         .volume_handle;
     assert_eq!(
         cluster.driver.volume(handle).unwrap().mutable_parameters,
-        BTreeMap::from([("iops".to_owned(), "300".to_owned())])
+        string_map(&[("iops", "300")])
     );
     assert_eq!(
         volume

@@ -287,6 +287,14 @@ pub(crate) fn class(name: &str, binding: &str) -> StorageClass {
     }
 }
 
+/// A string map (StorageClass parameters, annotations) from pairs.
+pub(crate) fn string_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
 pub(crate) fn claim(name: &str, class: &str, size: &str) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
