@@ -216,7 +216,8 @@ mod tests {
         }
     }
 
-    fn deployment() -> NodeDeployment {
+    /// node-a with base delay 20s and max 1m.
+    pub(super) fn deployment() -> NodeDeployment {
         NodeDeployment::new(
             "d.example.com",
             NodeDeploymentSettings {

@@ -66,7 +66,7 @@ impl Races {
                 race.due = None;
                 Wait::Over
             }
-            Some(due) => Wait::Pending(due - now),
+            Some(due) => Wait::Pending(due.saturating_duration_since(now)),
             None => {
                 let settings = &node.settings;
                 let delay = decide::claim_delay(
@@ -259,4 +259,46 @@ async fn has_capacity<D>(
         available.push(response.available_capacity);
     }
     Ok(decide::capacity_suffices(requested, &available))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn each_wait_ends_at_its_due_time_and_the_next_one_is_longer() {
+        let node = super::super::tests::deployment();
+        let races = Races::default();
+        let start = Instant::now();
+        let Wait::Pending(first) = races.wait("u1", &node, start) else {
+            panic!("a race starts with a wait");
+        };
+        assert!(first <= Duration::from_secs(20), "{first:?}");
+        // Asked again before the due time (another change of the claim): the rest of it.
+        let half = start + first / 2;
+        assert_eq!(
+            races.wait("u1", &node, half),
+            Wait::Pending(first.checked_sub(first / 2).unwrap())
+        );
+        assert_eq!(races.wait("u1", &node, start + first), Wait::Over);
+        // Lost (a conflict or no room): the next wait is 40s minus up to 20s of jitter.
+        let Wait::Pending(second) = races.wait("u1", &node, start + first) else {
+            panic!("the next attempt waits again");
+        };
+        assert!(
+            (Duration::from_secs(20)..=Duration::from_secs(40)).contains(&second),
+            "{second:?}"
+        );
+        // Other claims race on their own.
+        assert!(
+            matches!(races.wait("u2", &node, start), Wait::Pending(d) if d <= Duration::from_secs(20))
+        );
+        // Won or given up: the next race starts short again.
+        races.forget("u1");
+        assert!(
+            matches!(races.wait("u1", &node, start), Wait::Pending(d) if d <= Duration::from_secs(20))
+        );
+    }
 }
