@@ -184,6 +184,39 @@ fn assert_deleted_by_owners(drivers: &[MockDriverHandle], handles: &BTreeMap<Str
 }
 
 #[tokio::test]
+async fn a_conflict_while_taking_a_claim_is_tried_again_after_a_longer_wait() {
+    let cluster = Cluster::start().await;
+    cluster.create_class(class("immediate", "Immediate")).await;
+    let driver = node_driver(&cluster, "node-a").await;
+    cluster.create_claim("now", "immediate", "1Gi").await;
+    // The controller-manager stand-in has handed the claim to the driver (its last update).
+    eventually("the claim handed to the driver", SHORT, async || {
+        let claim = cluster.claims().get("now").await.ok()?;
+        claim
+            .metadata
+            .annotations?
+            .contains_key("volume.kubernetes.io/storage-provisioner")
+            .then_some(())
+    })
+    .await;
+    // What kube-apiserver answers when the claim changed since this node read it.
+    cluster
+        .server
+        .faults()
+        .fail("update", "persistentvolumeclaims", 409, 1);
+    let mut provisioner = node_provisioner(&cluster, "node-a", &driver);
+    provisioner
+        .wait_logged("conflict while taking the claim, will try again")
+        .await;
+    let (claim, _) = cluster.bound("now", SHORT).await;
+    assert_eq!(
+        claim.metadata.annotations.unwrap()["volume.kubernetes.io/selected-node"],
+        "node-a"
+    );
+    assert_eq!(created_names(&driver).len(), 1);
+}
+
+#[tokio::test]
 async fn node_deployment_without_node_name_exits_2_before_connecting() {
     let cluster = Cluster::start().await;
     let mut provisioner = cluster.provisioner_with(
