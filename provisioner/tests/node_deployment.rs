@@ -149,6 +149,15 @@ async fn provisioned_once(
             "{pv} on {node}"
         );
     }
+    // The requirement comes from this node's NodeGetInfo topology alone.
+    let request = drivers[index]
+        .requests::<CreateVolumeRequest>(Method::CreateVolume)
+        .into_iter()
+        .find(|r| r.name == pv)
+        .unwrap();
+    let requisite = request.accessibility_requirements.unwrap().requisite;
+    assert_eq!(requisite.len(), 1);
+    assert_eq!(requisite[0].segments[DEFAULT_TOPOLOGY_KEY], node);
     let spec = volume.spec.as_ref().unwrap();
     let affinity = serde_json::to_value(spec.node_affinity.as_ref().unwrap()).unwrap();
     assert_eq!(

@@ -92,7 +92,9 @@ pub(crate) struct Settings {
     pub(crate) topology: bool,
     /// The driver publishes volumes: VolumeAttachments are cached and block deletion.
     pub(crate) attachments: bool,
-    /// The `VolumeAttributesClass` gate as given (`Some(false)`: claims' classes are ignored).
+    /// The `VolumeAttributesClass` gate: as given, then resolved at start by `run` (off when
+    /// not given and the API server does not serve the kind). `Some(false)`: claims' classes
+    /// are ignored.
     pub(crate) vac_gate: Option<bool>,
 }
 
