@@ -226,6 +226,54 @@ async fn a_conflict_while_taking_a_claim_is_tried_again_after_a_longer_wait() {
 }
 
 #[tokio::test]
+async fn without_immediate_binding_only_the_schedulers_claims_are_provisioned() {
+    let cluster = Cluster::start().await;
+    cluster.create_class(class("immediate", "Immediate")).await;
+    cluster
+        .create_class(class("late", "WaitForFirstConsumer"))
+        .await;
+    let driver = node_driver(&cluster, "node-a").await;
+    let provisioner = cluster.provisioner_with(
+        "csi-provisioner-node-a",
+        driver.socket_path(),
+        &[("NODE_NAME", "node-a")],
+        &[
+            "--node-deployment",
+            "--node-deployment-immediate-binding=false",
+            "--node-deployment-base-delay=10ms",
+        ],
+    );
+    provisioner.wait_serving().await;
+    cluster.create_claim("now", "immediate", "1Gi").await;
+    cluster.create_claim("late", "late", "1Gi").await;
+    cluster
+        .kcm
+        .select_node(NAMESPACE, "late", "node-a")
+        .await
+        .unwrap();
+    cluster.bound("late", SHORT).await;
+    // Positive signal: the provisioner has acted on the Immediate claim as it stands.
+    provisioner
+        .settled("claims", async || cluster.touch_claim("now").await)
+        .await;
+    let claim = cluster.claims().get("now").await.unwrap();
+    assert!(
+        !claim
+            .metadata
+            .annotations
+            .unwrap()
+            .contains_key("volume.kubernetes.io/selected-node"),
+        "not taken"
+    );
+    assert_eq!(created_names(&driver).len(), 1, "only the late claim");
+    assert!(
+        driver
+            .requests::<GetCapacityRequest>(Method::GetCapacity)
+            .is_empty()
+    );
+}
+
+#[tokio::test]
 async fn node_deployment_without_node_name_exits_2_before_connecting() {
     let cluster = Cluster::start().await;
     let mut provisioner = cluster.provisioner_with(
