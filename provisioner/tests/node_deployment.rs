@@ -37,16 +37,25 @@ async fn node_driver(cluster: &Cluster, node: &str) -> MockDriverHandle {
         .unwrap()
 }
 
-fn node_provisioner(cluster: &Cluster, node: &str, driver: &MockDriverHandle) -> Provisioner {
+/// `csi-provisioner --node-deployment` on `node` next to `driver`, with short delays and
+/// `extra` flags.
+fn node_provisioner(
+    cluster: &Cluster,
+    node: &str,
+    driver: &MockDriverHandle,
+    extra: &[&str],
+) -> Provisioner {
+    let mut flags = vec![
+        "--node-deployment",
+        "--node-deployment-base-delay=100ms",
+        "--node-deployment-max-delay=1s",
+    ];
+    flags.extend_from_slice(extra);
     cluster.provisioner_with(
         &format!("csi-provisioner-{node}"),
         driver.socket_path(),
         &[("NODE_NAME", node)],
-        &[
-            "--node-deployment",
-            "--node-deployment-base-delay=100ms",
-            "--node-deployment-max-delay=1s",
-        ],
+        &flags,
     )
 }
 
@@ -73,7 +82,7 @@ async fn three_nodes_provision_each_claim_once_and_delete_only_their_own_volumes
     let provisioners: Vec<Provisioner> = NODES
         .iter()
         .zip(&drivers)
-        .map(|(node, driver)| node_provisioner(&cluster, node, driver))
+        .map(|(node, driver)| node_provisioner(&cluster, node, driver, &[]))
         .collect();
     for provisioner in &provisioners {
         provisioner.wait_serving().await;
@@ -213,7 +222,7 @@ async fn a_conflict_while_taking_a_claim_is_tried_again_after_a_longer_wait() {
         .server
         .faults()
         .fail("update", "persistentvolumeclaims", 409, 1);
-    let mut provisioner = node_provisioner(&cluster, "node-a", &driver);
+    let mut provisioner = node_provisioner(&cluster, "node-a", &driver, &[]);
     provisioner
         .wait_logged("conflict while taking the claim, will try again")
         .await;
@@ -233,12 +242,11 @@ async fn without_immediate_binding_only_the_schedulers_claims_are_provisioned() 
         .create_class(class("late", "WaitForFirstConsumer"))
         .await;
     let driver = node_driver(&cluster, "node-a").await;
-    let provisioner = cluster.provisioner_with(
-        "csi-provisioner-node-a",
-        driver.socket_path(),
-        &[("NODE_NAME", "node-a")],
+    let provisioner = node_provisioner(
+        &cluster,
+        "node-a",
+        &driver,
         &[
-            "--node-deployment",
             "--node-deployment-immediate-binding=false",
             "--node-deployment-base-delay=10ms",
         ],
