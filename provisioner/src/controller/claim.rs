@@ -284,6 +284,9 @@ fn remember_volume<D>(ctx: &Context<D>, key: &ClaimKey, response: &CreateVolumeR
 /// claim never leaks a volume.
 async fn sync_gone<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> Outcome {
     ctx.infeasible.forget(&key.uid);
+    if let Some(node) = &ctx.node {
+        node.claim_gone(&key.uid);
+    }
     let Some(entry) = ctx.in_progress.get(&key.uid) else {
         return Outcome::Done;
     };

@@ -156,6 +156,11 @@ impl NodeDeployment {
         }
     }
 
+    /// Forgets the race for a claim that is gone.
+    pub(crate) fn claim_gone(&self, uid: &str) {
+        self.races.forget(uid);
+    }
+
     /// Whether a volume lives on this node, so this instance may delete it (upstream `Delete`:
     /// otherwise an `IgnoredError`, nothing logged as a failure, no Event).
     pub(crate) fn owns_volume(&self, volume: &PersistentVolume) -> bool {

@@ -82,9 +82,9 @@ impl Races {
         }
     }
 
-    /// The race of `uid` is over (won, lost, or the claim is not raced for any more): the next
-    /// race starts with the shortest wait (upstream `Forget`).
-    fn forget(&self, uid: &str) {
+    /// The race of `uid` is over (won, lost, the claim is not raced for any more or gone): the
+    /// next race starts with the shortest wait (upstream `Forget`).
+    pub(super) fn forget(&self, uid: &str) {
         self.map().remove(uid);
     }
 }
