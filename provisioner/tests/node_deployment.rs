@@ -15,7 +15,8 @@ use std::time::Duration;
 use proto::csi::v1::{CreateVolumeRequest, DeleteVolumeRequest, GetCapacityRequest};
 use support::*;
 use testbed_mock_csi::{
-    DEFAULT_TOPOLOGY_KEY, Method, MockDriver, MockDriverConfig, MockDriverHandle,
+    DEFAULT_TOPOLOGY_KEY, Method, MockDriver, MockDriverConfig, MockDriverHandle, PluginCapability,
+    PluginService,
 };
 
 /// Generous: the tests run in parallel on small CI machines.
@@ -278,6 +279,48 @@ async fn without_immediate_binding_only_the_schedulers_claims_are_provisioned() 
         driver
             .requests::<GetCapacityRequest>(Method::GetCapacity)
             .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn without_topology_only_the_node_that_made_a_volume_deletes_it() {
+    let cluster = Cluster::start().await;
+    cluster
+        .create_class(class("late", "WaitForFirstConsumer"))
+        .await;
+    let mut drivers = Vec::new();
+    let mut provisioners = Vec::new();
+    for node in ["node-a", "node-b"] {
+        // A node-local driver that reports no topology: PVs get no node affinity.
+        let config = MockDriverConfig {
+            node_id: node.into(),
+            topology: BTreeMap::new(),
+            plugin_capabilities: vec![PluginCapability::Service(PluginService::ControllerService)],
+            ..driver_config()
+        };
+        let driver = MockDriver::start(config, cluster.dir.path().join(format!("{node}.sock")))
+            .await
+            .unwrap();
+        provisioners.push(node_provisioner(&cluster, node, &driver, &[]));
+        drivers.push(driver);
+    }
+    cluster.create_claim("late", "late", "1Gi").await;
+    cluster
+        .kcm
+        .select_node(NAMESPACE, "late", "node-b")
+        .await
+        .unwrap();
+    let (_, volume) = cluster.bound("late", SHORT).await;
+    assert!(volume.spec.as_ref().unwrap().node_affinity.is_none());
+    cluster.delete_claim("late").await;
+    cluster
+        .volume_gone(volume.metadata.name.as_deref().unwrap(), SHORT)
+        .await;
+    assert!(drivers[1].volumes().is_empty(), "node-b deleted its volume");
+    assert_eq!(
+        drivers[0].call_count(Method::DeleteVolume),
+        0,
+        "node-a has nothing to delete"
     );
 }
 

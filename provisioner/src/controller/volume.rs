@@ -124,7 +124,7 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
         Err(err) => return failed(err.event_message()),
     };
     if let Some(node) = &ctx.node
-        && !node.owns_volume(volume)
+        && !node.owns_volume(&ctx.options.driver_name, volume)
     {
         // Upstream's IgnoredError "PV was not provisioned on this node": another node's.
         return Outcome::Done;

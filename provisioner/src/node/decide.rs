@@ -73,6 +73,44 @@ pub(crate) fn capacity_suffices(requested: i64, available: &[i64]) -> bool {
     requested == 0 || available.iter().any(|a| requested <= *a)
 }
 
+/// Whether this node may delete a volume. Upstream `Delete` asks only
+/// [`volume_is_accessible`], so a PV without node affinity (a driver without topology) is
+/// deleted by whichever instance gets to it first, which calls DeleteVolume on its own
+/// node-local driver and leaks the storage on the node that has it. Fixed here for the PVs a
+/// node deployment made: their provisioner identity ends in `-<driver>-<node>`, and only that
+/// node deletes them. PVs without such an identity (static PVs) keep upstream's rule.
+pub(crate) fn may_delete(
+    affinity: Option<&VolumeNodeAffinity>,
+    identity: Option<&str>,
+    driver: &str,
+    node_name: &str,
+    topology: &BTreeMap<String, String>,
+) -> bool {
+    let has_affinity = affinity.and_then(|a| a.required.as_ref()).is_some();
+    match identity.and_then(identity_node(driver)) {
+        Some(node) if !has_affinity => node == node_name,
+        _ => volume_is_accessible(affinity, topology),
+    }
+}
+
+/// The node in a node deployment's provisioner identity `<millis>-<random>-<driver>-<node>`.
+fn identity_node(driver: &str) -> impl Fn(&str) -> Option<&str> + '_ {
+    move |identity| {
+        let mut parts = identity.splitn(3, '-');
+        let (Some(millis), Some(random), Some(rest)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !numeric(millis) || !numeric(random) {
+            return None;
+        }
+        rest.strip_prefix(driver)?
+            .strip_prefix('-')
+            .filter(|node| !node.is_empty())
+    }
+}
+
 /// Upstream `VolumeIsAccessible`: whether a PV with `affinity` can be used on a node whose
 /// labels are this node's NodeGetInfo topology. A PV without required node affinity is
 /// accessible everywhere (so every node deployment instance may delete it, as upstream).

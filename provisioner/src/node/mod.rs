@@ -31,6 +31,7 @@ use proto::csi::v1::controller_client::ControllerClient;
 use proto::csi::v1::node_client::NodeClient;
 use proto::csi::v1::{GetCapacityRequest, GetCapacityResponse, NodeGetInfoRequest};
 
+use crate::annotations::PROVISIONER_ID_KEY;
 use crate::args::NodeDeploymentSettings;
 use crate::topology::TopologyView;
 
@@ -162,10 +163,18 @@ impl NodeDeployment {
     }
 
     /// Whether a volume lives on this node, so this instance may delete it (upstream `Delete`:
-    /// otherwise an `IgnoredError`, nothing logged as a failure, no Event).
-    pub(crate) fn owns_volume(&self, volume: &PersistentVolume) -> bool {
-        decide::volume_is_accessible(
-            volume.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
+    /// otherwise an `IgnoredError`, nothing logged as a failure, no Event); see
+    /// [`decide::may_delete`] for PVs without node affinity.
+    pub(crate) fn owns_volume(&self, driver: &str, volume: &PersistentVolume) -> bool {
+        let spec = volume.spec.as_ref();
+        decide::may_delete(
+            spec.and_then(|s| s.node_affinity.as_ref()),
+            spec.and_then(|s| s.csi.as_ref())
+                .and_then(|csi| csi.volume_attributes.as_ref())
+                .and_then(|a| a.get(PROVISIONER_ID_KEY))
+                .map(String::as_str),
+            driver,
+            &self.settings.node_name,
             &self.info.topology,
         )
     }

@@ -190,3 +190,33 @@ fn volumes_are_accessible_where_their_node_affinity_matches_the_node_topology() 
         &node
     ));
 }
+
+#[test]
+fn volumes_without_affinity_are_deleted_by_the_node_their_identity_names() {
+    let node = BTreeMap::from([("topology/node".to_owned(), "n1".to_owned())]);
+    let here = affinity(vec![vec![requirement("topology/node", "In", &["n1"])]]);
+    let there = affinity(vec![vec![requirement("topology/node", "In", &["n2"])]]);
+    let driver = "d.example.com";
+    let cases = [
+        // Affinity decides when there is one, whatever the identity says.
+        (Some(&here), Some("1-2-d.example.com-n2"), true),
+        (Some(&there), Some("1-2-d.example.com-n1"), false),
+        // No affinity: the node in the identity.
+        (None, Some("1700000000000-42-d.example.com-n1"), true),
+        (None, Some("1700000000000-42-d.example.com-n2"), false),
+        (None, Some("1700000000000-42-d.example.com-x-n1"), false),
+        // No node in the identity (central provisioner, static PV, other driver): everyone, as
+        // upstream.
+        (None, Some("1700000000000-42-d.example.com"), true),
+        (None, Some("1700000000000-42-other.example.com-n2"), true),
+        (None, Some("not-an-identity-d.example.com-n2"), true),
+        (None, None, true),
+    ];
+    for (affinity, identity, want) in cases {
+        assert_eq!(
+            may_delete(affinity, identity, driver, "n1", &node),
+            want,
+            "{identity:?} {affinity:?}"
+        );
+    }
+}
