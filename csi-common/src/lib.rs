@@ -36,6 +36,7 @@ pub mod sidecar;
 pub mod status;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
+pub mod vac_discovery;
 pub mod version;
 pub mod volume_capability;
 pub mod workqueue;

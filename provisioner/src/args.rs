@@ -2,8 +2,7 @@
 //! provisioner.md §1) and their validation into a [`Config`].
 //!
 //! Every upstream flag parses. Flags of features this provisioner does not implement yet
-//! (capacity tracking, node deployment, clone/snapshot tuning, VolumeAttributesClass,
-//! cross-namespace data sources) are accepted at their defaults; a value that would turn such a
+//! (capacity tracking, clone/snapshot tuning, cross-namespace data sources) are accepted at their defaults; a value that would turn such a
 //! feature on is refused at start with [`ConfigError::Unsupported`] (exit 2), so a manifest
 //! never runs with a feature silently missing.
 
@@ -241,6 +240,13 @@ pub enum ConfigError {
     /// `--volume-name-prefix` is empty: every volume name would be invalid.
     #[error("--volume-name-prefix must not be empty")]
     EmptyPrefix,
+    /// `--node-deployment` without the `NODE_NAME` environment variable: the instance cannot
+    /// tell its claims and volumes from other nodes' (upstream: klog.Fatal, exit 255; here a
+    /// usage error, exit 2, docs/compatibility.md).
+    #[error(
+        "--node-deployment needs the NODE_NAME environment variable (the Kubernetes node this instance runs on, e.g. from the downward API spec.nodeName)"
+    )]
+    NodeNameMissing,
     /// `--retry-interval-start` is zero or above `--retry-interval-max`.
     #[error(
         "--retry-interval-start ({start:?}) must be positive and not above --retry-interval-max ({max:?})"
@@ -258,7 +264,7 @@ impl ConfigError {
     /// feature (like a usage error), 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Unsupported { .. } => 2,
+            Self::Unsupported { .. } | Self::NodeNameMissing => 2,
             Self::Common(err) => err.exit_code(),
             Self::NoWorkers
             | Self::UuidLength(_)
@@ -290,6 +296,8 @@ pub struct Config {
     pub worker_threads: usize,
     /// `-v >= 5`: log every CSI call (secrets stripped).
     pub log_grpc_calls: bool,
+    /// `--node-deployment`: one instance per node next to a node-local driver (spec §6.2).
+    pub node_deployment: Option<NodeDeploymentSettings>,
     /// Warnings to log once logging is up (accepted flags without effect).
     pub warnings: Vec<String>,
 }
@@ -321,6 +329,36 @@ pub struct ProvisioningSettings {
     pub volume_attributes_class_gate: Option<bool>,
     /// The `ReleaseLeaderElectionOnExit` gate (we release the Lease on SIGTERM regardless).
     pub release_leader_election_on_exit: bool,
+}
+
+/// `--node-deployment` and its tuning flags (spec §6.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeDeploymentSettings {
+    /// `NODE_NAME`: filled in by [`Config::set_node_name`] (empty until then).
+    pub node_name: String,
+    /// `--node-deployment-immediate-binding`: race other nodes for Immediate claims.
+    pub immediate_binding: bool,
+    /// `--node-deployment-base-delay`: first wait (and jitter range) before claiming.
+    pub base_delay: Duration,
+    /// `--node-deployment-max-delay`: cap of the per-claim doubling wait.
+    pub max_delay: Duration,
+}
+
+impl Config {
+    /// Adds `NODE_NAME` (as `main` read it from the environment) to the node deployment;
+    /// without node deployment it is ignored, as upstream ignores it.
+    pub fn set_node_name(&mut self, node_name: Option<String>) -> Result<(), ConfigError> {
+        let Some(node) = self.node_deployment.as_mut() else {
+            return Ok(());
+        };
+        match node_name.filter(|n| !n.is_empty()) {
+            Some(name) => {
+                node.node_name = name;
+                Ok(())
+            }
+            None => Err(ConfigError::NodeNameMissing),
+        }
+    }
 }
 
 /// `--retry-interval-start` / `--retry-interval-max`.
@@ -393,6 +431,12 @@ impl TryFrom<Args> for Config {
             },
             worker_threads: args.worker_threads as usize,
             log_grpc_calls: common.log_grpc_calls,
+            node_deployment: args.node_deployment.then(|| NodeDeploymentSettings {
+                node_name: String::new(),
+                immediate_binding: args.node_deployment_immediate_binding,
+                base_delay: args.node_deployment_base_delay,
+                max_delay: args.node_deployment_max_delay,
+            }),
             warnings,
         })
     }
@@ -405,12 +449,6 @@ fn refuse_unsupported(args: &Args) -> Result<(), ConfigError> {
     let unsupported = |flag: String, feature| Err(ConfigError::Unsupported { flag, feature });
     if args.enable_capacity {
         return unsupported("--enable-capacity=true".into(), "storage capacity tracking");
-    }
-    if args.node_deployment {
-        return unsupported(
-            "--node-deployment=true".into(),
-            "node deployment (distributed provisioning)",
-        );
     }
     if args.cloning_protection_threads != 1 {
         return unsupported(
@@ -437,12 +475,6 @@ fn refuse_unsupported(args: &Args) -> Result<(), ConfigError> {
         );
     }
     let gates = args.gates();
-    if gates.volume_attributes_class == Some(true) {
-        return unsupported(
-            "--feature-gates=VolumeAttributesClass=true".into(),
-            "VolumeAttributesClass",
-        );
-    }
     if gates.cross_namespace_volume_data_source {
         return unsupported(
             "--feature-gates=CrossNamespaceVolumeDataSource=true".into(),

@@ -1,12 +1,13 @@
 //! csi-provisioner: watches PersistentVolumeClaims whose StorageClass names this CSI driver,
 //! calls CreateVolume and writes the PersistentVolume; when a Released PV with reclaim policy
 //! Delete is ours, calls DeleteVolume and removes the PV. A drop-in replacement for
-//! kubernetes-csi/external-provisioner (spec provisioner.md §1-5, §7-9).
+//! kubernetes-csi/external-provisioner (spec provisioner.md §1-5, §6.2, §6.6, §7-9).
 //!
 //! [`run`] is the whole process after flag parsing, on [`csi_common::sidecar`]: connect to the
 //! driver and wait until it is ready, learn its name and capabilities, refuse a driver that
-//! cannot provision, serve diagnostics, optionally win the Lease, then run the claim and volume
-//! controllers until shutdown, a lost driver connection or a lost Lease.
+//! cannot provision, in node deployment ask `NodeGetInfo` which node this is, serve
+//! diagnostics, optionally win the Lease, then run the claim and volume controllers until
+//! shutdown, a lost driver connection or a lost Lease.
 
 mod annotations;
 pub mod args;
@@ -15,12 +16,14 @@ mod csi;
 mod decide;
 mod metrics;
 mod naming;
+mod node;
 mod params;
 mod plan_error;
 mod pv;
 mod request;
 mod secrets;
 mod topology;
+mod vac;
 
 use std::future::Future;
 
@@ -33,6 +36,7 @@ use crate::args::Config;
 use crate::controller::{ControllerDeps, Settings};
 use crate::csi::TonicDriver;
 use crate::metrics::ControllerMetrics;
+use crate::node::{NodeDeployment, TonicCapacity};
 
 pub use csi_common::sidecar::Environment;
 
@@ -57,6 +61,9 @@ pub enum RunError {
     /// The controllers stopped with an error.
     #[error("controllers failed")]
     Controller(#[source] controller::Error),
+    /// `--node-deployment`: `NodeGetInfo` failed (upstream: klog.Fatal, exit 255).
+    #[error("failed to get node info from CSI driver")]
+    NodeInfo(#[source] csi_common::status::CsiError),
 }
 
 impl RunError {
@@ -73,7 +80,7 @@ impl RunError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Sidecar(err) => err.exit_code(KLOG_FATAL_EXIT_CODE),
-            Self::Controller(_) => KLOG_FATAL_EXIT_CODE,
+            Self::Controller(_) | Self::NodeInfo(_) => KLOG_FATAL_EXIT_CODE,
             Self::NotAProvisioner { .. } | Self::Metrics(_) => 1,
         }
     }
@@ -98,6 +105,38 @@ pub async fn run(
     }
     let controller_metrics = ControllerMetrics::register(sidecar.metrics.registry())
         .map_err(|err| RunError::Metrics(Box::new(err)))?;
+    let node = match &config.node_deployment {
+        Some(settings) => {
+            let info = node::node_info(&sidecar.connection, config.timeout)
+                .await
+                .map_err(RunError::NodeInfo)?;
+            tracing::info!(node = %settings.node_name, node_id = %info.node_id, topology = ?info.topology, "node deployment");
+            Some(NodeDeployment::new(
+                &driver.name,
+                settings.clone(),
+                info,
+                Box::new(TonicCapacity::new(
+                    sidecar.connection.clone(),
+                    config.timeout,
+                )),
+            ))
+        }
+        None => None,
+    };
+    let mut identity = provisioner_identity(&driver.name);
+    if let Some(node) = &node {
+        identity = node::node_identity(&identity, &node.settings.node_name);
+    }
+    let mut settings = Settings::new(&config, &driver.plugin, &driver.controller);
+    // Upstream turns the gate off at start when it was not given and the API server does not
+    // serve storage.k8s.io/v1 VolumeAttributesClass.
+    settings.vac_gate = Some(
+        csi_common::vac_discovery::volume_attributes_class(
+            &sidecar.client,
+            config.provisioning.volume_attributes_class_gate,
+        )
+        .await,
+    );
 
     let component = format!(
         "{}_{}_{}",
@@ -115,12 +154,13 @@ pub async fn run(
             &driver.name,
             &driver.plugin,
             &driver.controller,
-            &provisioner_identity(&driver.name),
+            &identity,
         ),
-        settings: Settings::new(&config, &driver.plugin, &driver.controller),
+        settings,
         recorder,
         metrics: controller_metrics,
         workqueue_metrics: sidecar.workqueue_metrics.clone(),
+        node,
     };
     sidecar
         .run(|stop| async move {

@@ -17,13 +17,17 @@ fn main() -> ExitCode {
         ConfigError::exit_code,
     );
     let Prepared {
-        config,
+        mut config,
         logging: _logging,
         automaxprocs,
     } = match prepared {
         Ok(prepared) => prepared,
         Err(code) => return code,
     };
+    if let Err(err) = config.set_node_name(std::env::var("NODE_NAME").ok()) {
+        tracing::error!("{err}");
+        return ExitCode::from(err.exit_code());
+    }
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }

@@ -79,8 +79,6 @@ pub(crate) enum UnsupportedFeature {
     Clone,
     /// `dataSource`/`dataSourceRef` of kind VolumeSnapshot.
     SnapshotRestore,
-    /// `spec.volumeAttributesClassName`.
-    VolumeAttributesClass,
 }
 
 impl UnsupportedFeature {
@@ -91,9 +89,6 @@ impl UnsupportedFeature {
             }
             Self::SnapshotRestore => {
                 "restoring a VolumeSnapshot (dataSource kind VolumeSnapshot) is not supported yet by this csi-provisioner"
-            }
-            Self::VolumeAttributesClass => {
-                "provisioning with a VolumeAttributesClass (spec.volumeAttributesClassName) is not supported yet by this csi-provisioner"
             }
         }
     }
@@ -396,7 +391,6 @@ mod tests {
         for feature in [
             UnsupportedFeature::Clone,
             UnsupportedFeature::SnapshotRestore,
-            UnsupportedFeature::VolumeAttributesClass,
         ] {
             let err = PlanError::NotSupported(feature);
             assert!(err.event_message().contains("not supported yet"), "{err}");

@@ -181,6 +181,11 @@ pub(crate) fn build_pv(
         persistent_volume_reclaim_policy: class.reclaim_policy.clone(),
         storage_class_name: (!class_name.is_empty()).then_some(class_name),
         volume_mode: claim_spec.and_then(|s| s.volume_mode.clone()),
+        // The claim's class (the controller plans without it when the gate is off); an empty
+        // name is no class, which the API server would refuse on a PV.
+        volume_attributes_class_name: claim_spec
+            .and_then(|s| s.volume_attributes_class_name.clone())
+            .filter(|n| !n.is_empty()),
         ..PersistentVolumeSpec::default()
     };
     Ok(PersistentVolume {

@@ -6,8 +6,7 @@
 //! passes the claim, its class and a snapshot of Nodes/CSINodes, then fetches the provisioner
 //! secret named in the plan and fills `request.secrets` itself.
 //!
-//! Features this provisioner does not implement yet (clone, snapshot restore,
-//! VolumeAttributesClass) fail with [`PlanError::NotSupported`] rather than producing a volume
+//! Features this provisioner does not implement yet (clone, snapshot restore) fail with [`PlanError::NotSupported`] rather than producing a volume
 //! that silently lacks them. Other data source kinds belong to volume populators and are left
 //! alone, as upstream does.
 
@@ -239,11 +238,6 @@ fn check_claim_features(
             return Err(PlanError::NotSupported(UnsupportedFeature::SnapshotRestore));
         }
         None => {}
-    }
-    if vac {
-        return Err(PlanError::NotSupported(
-            UnsupportedFeature::VolumeAttributesClass,
-        ));
     }
     if spec.selector.is_some() {
         return Err(PlanError::SelectorNotSupported);

@@ -790,11 +790,7 @@ async fn a_driver_that_cannot_provision_is_refused_at_start() {
 #[tokio::test]
 async fn unsupported_features_fail_at_start_with_exit_code_2() {
     let cluster = Cluster::start().await;
-    for flag in [
-        "--enable-capacity",
-        "--node-deployment=true",
-        "--feature-gates=VolumeAttributesClass=true",
-    ] {
+    for flag in ["--enable-capacity"] {
         let mut provisioner = cluster.provisioner("csi-provisioner-0", &[flag]);
         assert_eq!(
             provisioner.exit_code(Duration::from_secs(10)).await,

@@ -6,7 +6,7 @@
 //! cluster-wide Pod informer, and calls ControllerModifyVolume when a claim's
 //! VolumeAttributesClass changes (the modify controller).
 //!
-//! Decisions are pure functions over cached objects (`mode`, `discovery`, `decide`,
+//! Decisions are pure functions over cached objects (`mode`, `csi_common::vac_discovery`, `decide`,
 //! `transition`, `patch`, `request`, `error`, `inuse`, `modify`); `controller` carries them
 //! out. [`run`] is the whole process after flag
 //! parsing, on csi-common's `Sidecar`.
@@ -16,7 +16,6 @@ mod cached;
 mod controller;
 mod csi;
 mod decide;
-mod discovery;
 mod error;
 mod inuse;
 mod mode;
@@ -99,9 +98,11 @@ pub async fn run(
     } else {
         None
     };
-    let volume_attributes_class =
-        discovery::volume_attributes_class(&sidecar.client, config.gates.volume_attributes_class)
-            .await;
+    let volume_attributes_class = csi_common::vac_discovery::volume_attributes_class(
+        &sidecar.client,
+        config.gates.volume_attributes_class,
+    )
+    .await;
     let mode = mode::choose(
         DriverCaps {
             plugin: &driver.plugin,

@@ -143,7 +143,6 @@ fn malformed_values_and_removed_flags_are_usage_errors() {
 fn enabling_an_unsupported_feature_fails_with_exit_code_2() {
     for (argv, needle) in [
         (&["--enable-capacity"][..], "--enable-capacity=true"),
-        (&["--node-deployment=true"], "--node-deployment=true"),
         (
             &["--cloning-protection-threads=4"],
             "--cloning-protection-threads=4",
@@ -155,10 +154,6 @@ fn enabling_an_unsupported_feature_fails_with_exit_code_2() {
         (
             &["--prevent-volume-mode-conversion=false"],
             "--prevent-volume-mode-conversion=false",
-        ),
-        (
-            &["--feature-gates=VolumeAttributesClass=true"],
-            "VolumeAttributesClass",
         ),
         (
             &["--feature-gates=CrossNamespaceVolumeDataSource=true"],
@@ -186,9 +181,6 @@ fn tuning_flags_of_unsupported_features_are_accepted_while_the_feature_is_off() 
         "--capacity-ownerref-level=2",
         "--kube-api-capacity-qps=10",
         "--kube-api-capacity-burst=20",
-        "--node-deployment-immediate-binding=false",
-        "--node-deployment-base-delay=1s",
-        "--node-deployment-max-delay=5s",
         "--feature-gates=VolumeAttributesClass=false,AllAlpha=true,CrossNamespaceVolumeDataSource=false",
     ])
     .unwrap();
@@ -198,6 +190,41 @@ fn tuning_flags_of_unsupported_features_are_accepted_while_the_feature_is_off() 
     );
     // AllAlpha reaches the alpha gate that was not set explicitly.
     assert!(config.provisioning.release_leader_election_on_exit);
+}
+
+#[test]
+fn node_deployment_takes_its_flags_and_needs_node_name() {
+    let mut node = config(&[
+        "--node-deployment",
+        "--node-deployment-immediate-binding=false",
+        "--node-deployment-base-delay=1s",
+        "--node-deployment-max-delay=5s",
+        "--feature-gates=VolumeAttributesClass=true",
+    ])
+    .unwrap();
+    assert_eq!(node.provisioning.volume_attributes_class_gate, Some(true));
+    let err = node.set_node_name(None).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("NODE_NAME"), "{err}");
+    assert!(matches!(
+        node.set_node_name(Some(String::new())),
+        Err(ConfigError::NodeNameMissing)
+    ));
+    node.set_node_name(Some("node-1".into())).unwrap();
+    assert_eq!(
+        node.node_deployment,
+        Some(NodeDeploymentSettings {
+            node_name: "node-1".into(),
+            immediate_binding: false,
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(5),
+        })
+    );
+
+    // Without --node-deployment NODE_NAME is not needed, and the tuning flags change nothing.
+    let mut central = config(&["--node-deployment-base-delay=1s"]).unwrap();
+    central.set_node_name(None).unwrap();
+    assert_eq!(central.node_deployment, None);
 }
 
 #[test]

@@ -30,6 +30,7 @@ use crate::plan_error::{POPULATOR_EVENT_MESSAGE, PlanError, ProvisioningState};
 use crate::pv::{BuildPvError, build_pv};
 use crate::request::{ProvisionInputs, ProvisionPlan, plan_provision};
 use crate::topology::TopologyView;
+use crate::vac::VacError;
 use csi_common::controller::Outcome;
 use csi_common::events::{EventType, reference};
 use csi_common::secrets;
@@ -91,9 +92,10 @@ async fn sync_claim<D: VolumeDriver>(
         }
         ClaimStep::Provision { selected_node } => selected_node,
     };
-    let Some(class) = class else {
-        // decide_claim only provisions with a class; stay defensive rather than panic.
-        return Outcome::Retry;
+    // decide_claim only provisions with a class; node deployment then decides whose it is.
+    let class = match crate::node::owner::check(ctx, key, &claim, class).await {
+        Ok(class) => class,
+        Err(outcome) => return outcome,
     };
 
     let class_uid = class.metadata.uid.clone().unwrap_or_default();
@@ -128,9 +130,9 @@ async fn sync_claim<D: VolumeDriver>(
     );
 
     let planned_claim = claim_for_plan(ctx, &claim);
-    let plan = match plan_for(ctx, key, &planned_claim, &class, selected_node.as_deref()) {
+    let plan = match plan_for(ctx, key, &planned_claim, &class, selected_node.as_deref()).await {
         Ok(plan) => plan,
-        Err(err) => return attempt.plan_failed(err).await,
+        Err(failure) => return attempt.no_plan(failure).await,
     };
     for warning in &plan.warnings {
         tracing::warn!(claim = %attempt.name(), "{warning}");
@@ -186,29 +188,52 @@ async fn sync_claim<D: VolumeDriver>(
     }
 }
 
+/// Why an attempt has no plan.
+enum PlanFailure {
+    /// The claim, its class or the topology.
+    Plan(PlanError),
+    /// The claim's VolumeAttributesClass.
+    Class(VacError),
+}
+
 /// The plan of this attempt: the stored one while the claim is in progress (the driver may
-/// still be creating the volume, so the very same request is repeated), else a fresh one.
-fn plan_for<D>(
+/// still be creating the volume, so the very same request is repeated), else a fresh one
+/// with the VolumeAttributesClass's parameters.
+async fn plan_for<D>(
     ctx: &Context<D>,
     key: &ClaimKey,
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
     selected_node: Option<&str>,
-) -> Result<Arc<ProvisionPlan>, PlanError> {
+) -> Result<Arc<ProvisionPlan>, PlanFailure> {
     if let Some(entry) = ctx.in_progress.get(&key.uid) {
         return Ok(entry.plan);
     }
+    let plan = fresh_plan(ctx, claim, class, selected_node).map_err(PlanFailure::Plan)?;
+    crate::vac::with_class(&ctx.client, &ctx.options.driver_name, claim, plan)
+        .await
+        .map_err(PlanFailure::Class)
+}
+
+/// A new plan from the cached objects (node deployment: from this node's stand-ins).
+fn fresh_plan<D>(
+    ctx: &Context<D>,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    selected_node: Option<&str>,
+) -> Result<Arc<ProvisionPlan>, PlanError> {
     let snapshot = ctx.stores.topology.as_ref().map(TopologyStores::snapshot);
-    let topology = snapshot.as_deref().map_or(
-        TopologyView {
-            nodes: &[],
-            csinodes: &[],
-        },
-        |s| TopologyView {
+    let topology = match (&ctx.node, snapshot.as_deref()) {
+        (Some(node), _) => node.topology_view(),
+        (None, Some(s)) => TopologyView {
             nodes: &s.nodes,
             csinodes: &s.csinodes,
         },
-    );
+        (None, None) => TopologyView {
+            nodes: &[],
+            csinodes: &[],
+        },
+    };
     let inputs = ProvisionInputs {
         pvc: claim,
         class,
@@ -259,6 +284,9 @@ fn remember_volume<D>(ctx: &Context<D>, key: &ClaimKey, response: &CreateVolumeR
 /// claim never leaks a volume.
 async fn sync_gone<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> Outcome {
     ctx.infeasible.forget(&key.uid);
+    if let Some(node) = &ctx.node {
+        node.claim_gone(&key.uid);
+    }
     let Some(entry) = ctx.in_progress.get(&key.uid) else {
         return Outcome::Done;
     };
@@ -349,6 +377,14 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
 
     fn name(&self) -> String {
         format!("{}/{}", self.key.namespace, self.key.name)
+    }
+
+    /// No plan for this attempt.
+    async fn no_plan(&self, failure: PlanFailure) -> Outcome {
+        match failure {
+            PlanFailure::Plan(err) => self.plan_failed(err).await,
+            PlanFailure::Class(err) => self.failed(&err.to_string(), err.state()).await,
+        }
     }
 
     /// A planning failure (before any CSI call).

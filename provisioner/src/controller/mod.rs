@@ -32,6 +32,7 @@ use kube::Client;
 use crate::args::{Config, RetrySettings};
 use crate::csi::VolumeDriver;
 use crate::metrics::ControllerMetrics;
+use crate::node::NodeDeployment;
 use crate::request::ProvisionOptions;
 use csi_common::controller::Workers;
 use csi_common::events::EventRecorder;
@@ -65,6 +66,8 @@ pub(crate) struct ControllerDeps<D> {
     pub(crate) metrics: ControllerMetrics,
     /// `workqueue_*` metrics.
     pub(crate) workqueue_metrics: WorkQueueMetrics,
+    /// `--node-deployment`: this node's claims and volumes only.
+    pub(crate) node: Option<NodeDeployment>,
 }
 
 impl<D> std::fmt::Debug for ControllerDeps<D> {
@@ -89,7 +92,9 @@ pub(crate) struct Settings {
     pub(crate) topology: bool,
     /// The driver publishes volumes: VolumeAttachments are cached and block deletion.
     pub(crate) attachments: bool,
-    /// The `VolumeAttributesClass` gate as given (`Some(false)`: claims' classes are ignored).
+    /// The `VolumeAttributesClass` gate: as given, then resolved at start by `run` (off when
+    /// not given and the API server does not serve the kind). `Some(false)`: claims' classes
+    /// are ignored.
     pub(crate) vac_gate: Option<bool>,
 }
 
@@ -188,6 +193,8 @@ pub(crate) struct Context<D> {
     /// still show them with our finalizer for a moment, which must not cause a second
     /// DeleteVolume.
     pub(crate) deleted: Arc<DeletedVolumes>,
+    /// `--node-deployment`: this node's claims and volumes only.
+    pub(crate) node: Option<NodeDeployment>,
 }
 
 /// UIDs of PVs deleted by us and not yet gone from the cache.
@@ -275,6 +282,7 @@ pub(crate) async fn run<D: VolumeDriver>(
         recorder,
         metrics,
         workqueue_metrics,
+        node,
     } = deps;
     let retry = settings.retry;
     let mut background = tokio::task::JoinSet::new();
@@ -295,7 +303,8 @@ pub(crate) async fn run<D: VolumeDriver>(
     let (stores, informers) = stores::start(
         &client,
         Wanted {
-            topology: settings.topology,
+            // Node deployment computes topology from this node alone (upstream's stand-ins).
+            topology: settings.topology && node.is_none(),
             attachments: settings.attachments,
         },
         &handlers,
@@ -318,6 +327,7 @@ pub(crate) async fn run<D: VolumeDriver>(
         volumes,
         in_progress,
         deleted,
+        node,
     });
 
     let mut stop = std::pin::pin!(stop);

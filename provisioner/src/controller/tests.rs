@@ -176,6 +176,7 @@ impl Harness {
             recorder,
             metrics: ControllerMetrics::register(&registry).unwrap(),
             workqueue_metrics: WorkQueueMetrics::register(&registry).unwrap(),
+            node: None,
         };
         let stop = Arc::new(Notify::new());
         let task = tokio::spawn({

@@ -123,6 +123,12 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
         Ok(id) => id.to_owned(),
         Err(err) => return failed(err.event_message()),
     };
+    if let Some(node) = &ctx.node
+        && !node.owns_volume(&ctx.options.driver_name, volume)
+    {
+        // Upstream's IgnoredError "PV was not provisioned on this node": another node's.
+        return Outcome::Done;
+    }
     if let Some(node) = ctx.stores.attached_node(&name) {
         return failed(format!(
             "persistentvolume {name} is still attached to node {node}"

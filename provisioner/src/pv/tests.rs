@@ -394,3 +394,22 @@ fn empty_fstype_is_left_out() {
     .unwrap();
     assert_eq!(pv.spec.unwrap().csi.unwrap().fs_type, None);
 }
+
+#[test]
+fn the_claims_volume_attributes_class_names_the_pvs() {
+    let mut opts = hostpath_options();
+    opts.controller_caps = controller_caps(&[
+        ControllerCapability::CreateDeleteVolume,
+        ControllerCapability::ModifyVolume,
+    ]);
+    for (name, want) in [(Some("gold"), Some("gold")), (Some(""), None), (None, None)] {
+        let mut pvc = fixture_pvc();
+        pvc.spec.as_mut().unwrap().volume_attributes_class_name = name.map(str::to_owned);
+        let pv = build(&opts, &pvc, &fixture_class(), &fixture_response()).unwrap();
+        assert_eq!(
+            pv.spec.unwrap().volume_attributes_class_name.as_deref(),
+            want,
+            "{name:?}"
+        );
+    }
+}

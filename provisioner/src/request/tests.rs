@@ -350,18 +350,6 @@ fn bad_input_fails_with_upstream_messages_and_states() {
             Finished,
         ),
         (
-            "VolumeAttributesClass",
-            edit(|o, p, _| {
-                o.controller_caps = controller_caps(&[
-                    ControllerCapability::CreateDeleteVolume,
-                    ControllerCapability::ModifyVolume,
-                ]);
-                spec(p).volume_attributes_class_name = Some("gold".into());
-            }),
-            "provisioning with a VolumeAttributesClass (spec.volumeAttributesClassName) is not supported yet by this csi-provisioner",
-            Finished,
-        ),
-        (
             "VolumeAttributesClass without MODIFY_VOLUME",
             edit(|_, p, _| spec(p).volume_attributes_class_name = Some("gold".into())),
             "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported",
@@ -479,6 +467,20 @@ fn bad_input_fails_with_upstream_messages_and_states() {
         assert_eq!(err.state(), state, "{name}");
         assert!(err.emits_event(), "{name}");
     }
+}
+
+#[test]
+fn a_volume_attributes_class_plans_with_modify_volume() {
+    let mut opts = hostpath_options();
+    opts.controller_caps = controller_caps(&[
+        ControllerCapability::CreateDeleteVolume,
+        ControllerCapability::ModifyVolume,
+    ]);
+    let mut pvc = fixture_pvc();
+    spec(&mut pvc).volume_attributes_class_name = Some("gold".into());
+    let plan = plan(&opts, &pvc, &fixture_class(), None).unwrap();
+    // The class's parameters are added once it is fetched (crate::vac).
+    assert!(plan.request.mutable_parameters.is_empty());
 }
 
 #[test]

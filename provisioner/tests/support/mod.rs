@@ -114,9 +114,21 @@ impl Cluster {
 
     /// Starts `csi-provisioner` with the standard flags plus `extra`.
     pub(crate) fn provisioner(&self, name: &str, extra: &[&str]) -> Provisioner {
+        self.provisioner_with(name, &self.socket(), &[], extra)
+    }
+
+    /// Starts `csi-provisioner` with the standard flags plus `extra` against the driver at
+    /// `socket`, with the environment variables `env` (e.g. a node deployment's `NODE_NAME`).
+    pub(crate) fn provisioner_with(
+        &self,
+        name: &str,
+        socket: &Path,
+        env: &[(&str, &str)],
+        extra: &[&str],
+    ) -> Provisioner {
         let http = free_port();
         let mut args = vec![
-            format!("--csi-address={}", self.socket().display()),
+            format!("--csi-address={}", socket.display()),
             format!("--kubeconfig={}", self.kubeconfig.display()),
             format!("--http-endpoint={http}"),
             "--retry-interval-start=100ms".to_owned(),
@@ -130,6 +142,7 @@ impl Cluster {
             &self.dir.path().join(format!("{name}.log")),
             name,
             &args,
+            env,
             http,
         )
     }
@@ -274,6 +287,14 @@ pub(crate) fn class(name: &str, binding: &str) -> StorageClass {
     }
 }
 
+/// A string map (StorageClass parameters, annotations) from pairs.
+pub(crate) fn string_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
 pub(crate) fn claim(name: &str, class: &str, size: &str) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
@@ -319,13 +340,23 @@ impl Provisioner {
             &cluster.dir.path().join(format!("{name}.log")),
             name,
             args,
+            &[],
             http,
         )
     }
 
-    fn spawn(log: &Path, name: &str, args: &[String], http: SocketAddr) -> Self {
+    fn spawn(
+        log: &Path,
+        name: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        http: SocketAddr,
+    ) -> Self {
         // The elector's identity is the pod name, which a pod has as HOSTNAME.
-        let command = CommandLine::new(BIN, args).env("HOSTNAME", name);
+        let command = env.iter().fold(
+            CommandLine::new(BIN, args).env("HOSTNAME", name),
+            |command, (key, value)| command.env(key, value),
+        );
         let process = ChildProcess::start(name, command, log).unwrap();
         Self { process, http }
     }

@@ -4,7 +4,10 @@
 //! It behaves like a real driver where the sidecars care (CSI spec error codes and
 //! csi-driver-host-path's answers): CreateVolume is idempotent by name, capabilities gate RPCs
 //! (`Unimplemented` otherwise), sizes above the maximum are `OutOfRange`, unknown volumes and
-//! nodes are `NotFound` on publish, deletes and unpublishes are idempotent. On top of that a test
+//! nodes are `NotFound` on publish, deletes and unpublishes are idempotent, CreateVolume's
+//! `mutable_parameters` need MODIFY_VOLUME (`InvalidArgument` otherwise) and are kept as the
+//! volume's mutable parameters. Each instance is one node (`NodeGetInfo` answers its configured
+//! id and topology; run one per node for a node deployment). On top of that a test
 //! can:
 //! - inject faults: an error code or a delay on the n-th / first n / every call of a method
 //!   ([`Fault`]), and make `Probe` report not-ready ([`MockDriverHandle::set_ready`]);

@@ -313,6 +313,14 @@ impl VolumeTable {
         }
         check_capabilities(&req.volume_capabilities)?;
         let (required, limit) = capacity_range(req.capacity_range.as_ref())?;
+        // CSI spec, CreateVolumeRequest.mutable_parameters: "SHALL NOT be specified unless the
+        // SP has the MODIFY_VOLUME plugin capability"; a driver without it cannot apply them,
+        // so a request carrying them is refused rather than silently dropping them.
+        if !req.mutable_parameters.is_empty() && !cfg.has_controller(ControllerRpc::ModifyVolume) {
+            return Err(Status::invalid_argument(
+                "mutable_parameters given but the driver does not have the MODIFY_VOLUME capability",
+            ));
+        }
 
         // Idempotency (CSI spec, CreateVolume): the same name returns the same volume unless the
         // existing one is incompatible with the new request, which is ALREADY_EXISTS.

@@ -636,6 +636,29 @@ fn with_optional_rpcs() -> MockDriverConfig {
     cfg
 }
 
+// CSI spec, CreateVolumeRequest.mutable_parameters: only for a driver with MODIFY_VOLUME, which
+// keeps them as the volume's mutable parameters (what ControllerModifyVolume later replaces).
+#[test]
+fn create_volume_keeps_mutable_parameters_only_with_modify_volume() {
+    let mut request = create("pvc-m", GI, 0);
+    request.mutable_parameters = [("iops".to_owned(), "300".to_owned())].into();
+    let mut t = VolumeTable::default();
+    assert_eq!(
+        code(t.create_volume(&MockDriverConfig::default(), request.clone())),
+        Code::InvalidArgument
+    );
+    assert!(t.snapshot().is_empty());
+    let cfg = with_optional_rpcs();
+    let volume = t.create_volume(&cfg, request).unwrap().volume.unwrap();
+    let stored = &t.snapshot()[0];
+    assert_eq!(stored.volume_id, volume.volume_id);
+    assert_eq!(
+        stored.mutable_parameters,
+        BTreeMap::from([("iops".to_owned(), "300".to_owned())])
+    );
+    assert!(stored.parameters.is_empty(), "not mixed into parameters");
+}
+
 // CSI spec, ValidateVolumeCapabilities: volume_id and volume_capabilities are REQUIRED
 // (INVALID_ARGUMENT), an unknown volume is NOT_FOUND, and `confirmed` echoes what was
 // validated. A capability without an access type is refused as csi-driver-host-path does.

@@ -1,5 +1,6 @@
-//! VolumeAttributesClass auto-detection (spec sidecars.md §2.2 step 3, external-resizer
-//! `main.go`): when the `VolumeAttributesClass` gate was not set on the command line, ask
+//! VolumeAttributesClass auto-detection, shared by csi-resizer and csi-provisioner (spec
+//! sidecars.md §2.2 step 3, external-resizer `main.go`; provisioner.md §1a
+//! `--feature-gates`): when the `VolumeAttributesClass` gate was not set on the command line, ask
 //! discovery whether `storage.k8s.io/v1` serves kind `VolumeAttributesClass`; if it does not
 //! (404, or the kind missing from the list) the gate is off; if discovery itself fails the
 //! default (on) stays.
@@ -14,7 +15,7 @@ const KIND: &str = "VolumeAttributesClass";
 
 /// What discovery said.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Served {
+pub enum Served {
     /// The kind is in the list.
     Yes,
     /// The group version or the kind is missing.
@@ -24,7 +25,7 @@ pub(crate) enum Served {
 }
 
 /// Reads a discovery answer (pure, for tests).
-pub(crate) fn served(answer: Result<&APIResourceList, &kube::Error>) -> Served {
+pub fn served(answer: Result<&APIResourceList, &kube::Error>) -> Served {
     match answer {
         Ok(list) => {
             if list
@@ -38,17 +39,17 @@ pub(crate) fn served(answer: Result<&APIResourceList, &kube::Error>) -> Served {
             }
         }
         Err(kube::Error::Api(status)) if status.code == 404 => Served::No,
-        Err(err) => Served::Unknown(csi_common::logging::error_chain(err)),
+        Err(err) => Served::Unknown(crate::logging::error_chain(err)),
     }
 }
 
 /// The gate: as given, else what discovery said (`None`: not asked), on unless not served.
-pub(crate) fn gate(given: Option<bool>, served: Option<&Served>) -> bool {
+pub fn gate(given: Option<bool>, served: Option<&Served>) -> bool {
     given.unwrap_or(!matches!(served, Some(Served::No)))
 }
 
 /// The gate for this API server; discovery is asked only when the gate was not given.
-pub(crate) async fn volume_attributes_class(client: &Client, given: Option<bool>) -> bool {
+pub async fn volume_attributes_class(client: &Client, given: Option<bool>) -> bool {
     if given.is_some() {
         return gate(given, None);
     }
