@@ -6,7 +6,8 @@
 //! [`run`] is the whole process after flag parsing, on [`csi_common::sidecar`]: connect to the
 //! driver and wait until it is ready, learn its name and capabilities, refuse a driver that
 //! cannot provision, serve diagnostics, optionally win the Lease, then run the claim and volume
-//! controllers until shutdown, a lost driver connection or a lost Lease.
+//! controllers until shutdown, a lost driver connection or a lost Lease. Claims may be cloned
+//! from a claim or restored from a VolumeSnapshot (`source`, `controller::protection`).
 
 mod annotations;
 pub mod args;
@@ -20,6 +21,7 @@ mod plan_error;
 mod pv;
 mod request;
 mod secrets;
+mod source;
 mod topology;
 
 use std::future::Future;

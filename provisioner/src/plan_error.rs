@@ -14,6 +14,7 @@ use thiserror::Error;
 
 use crate::params::ParamError;
 use crate::secrets::SecretError;
+use crate::source::SourceError;
 use crate::topology::TopologyError;
 
 /// Where provisioning stands after an attempt (sig-storage-lib-external-provisioner
@@ -75,10 +76,6 @@ impl MissingCapability {
 /// need one fail loudly instead of getting a volume that silently lacks the feature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum UnsupportedFeature {
-    /// `dataSource`/`dataSourceRef` of kind PersistentVolumeClaim.
-    Clone,
-    /// `dataSource`/`dataSourceRef` of kind VolumeSnapshot.
-    SnapshotRestore,
     /// `spec.volumeAttributesClassName`.
     VolumeAttributesClass,
 }
@@ -86,12 +83,6 @@ pub(crate) enum UnsupportedFeature {
 impl UnsupportedFeature {
     fn message(self) -> &'static str {
         match self {
-            Self::Clone => {
-                "cloning a PersistentVolumeClaim (dataSource kind PersistentVolumeClaim) is not supported yet by this csi-provisioner"
-            }
-            Self::SnapshotRestore => {
-                "restoring a VolumeSnapshot (dataSource kind VolumeSnapshot) is not supported yet by this csi-provisioner"
-            }
             Self::VolumeAttributesClass => {
                 "provisioning with a VolumeAttributesClass (spec.volumeAttributesClassName) is not supported yet by this csi-provisioner"
             }
@@ -203,6 +194,9 @@ pub(crate) enum PlanError {
     /// A PV without `spec.csi` reached deletion.
     #[error("invalid CSI PV")]
     InvalidCsiPv,
+    /// The clone or snapshot source cannot be used (yet).
+    #[error(transparent)]
+    Source(SourceError),
 }
 
 /// Message of the Normal `Provisioning` Event upstream sends for [`PlanError::ExternalPopulator`].
@@ -234,9 +228,10 @@ impl PlanError {
             Self::SelectedCsiNodeNotFound { .. } => ProvisioningState::Reschedule,
             // Upstream returns NoChange for these: an earlier in-background attempt stays in
             // progress.
-            Self::StorageClassNotFound { .. } | Self::Topology(_) | Self::Secret(_) => {
-                ProvisioningState::NoChange
-            }
+            Self::StorageClassNotFound { .. }
+            | Self::Topology(_)
+            | Self::Secret(_)
+            | Self::Source(_) => ProvisioningState::NoChange,
         }
     }
 
@@ -266,8 +261,17 @@ impl PlanError {
             | Self::Topology(_)
             | Self::Secret(_)
             | Self::StripParameters(_)
-            | Self::InvalidCsiPv => false,
+            | Self::InvalidCsiPv
+            | Self::Source(_) => false,
         }
+    }
+
+    /// Whether the claim is retried slowly rather than with the normal backoff: a data source
+    /// that cannot be used only becomes usable when someone (or the snapshot controller)
+    /// changes it, which takes seconds to minutes; retrying from one second on would only
+    /// repeat the same Event (beyond upstream, which uses the normal backoff).
+    pub(crate) fn retries_slowly(&self) -> bool {
+        matches!(self, Self::Source(_))
     }
 
     /// Upstream's `IgnoredError`: stop working on the claim without a `ProvisioningFailed`
@@ -393,17 +397,11 @@ mod tests {
 
     #[test]
     fn unsupported_features_say_not_supported_yet() {
-        for feature in [
-            UnsupportedFeature::Clone,
-            UnsupportedFeature::SnapshotRestore,
-            UnsupportedFeature::VolumeAttributesClass,
-        ] {
-            let err = PlanError::NotSupported(feature);
-            assert!(err.event_message().contains("not supported yet"), "{err}");
-            assert!(err.waits_for_change(), "{err}");
-            assert_eq!(err.state(), ProvisioningState::Finished);
-            assert!(err.emits_event());
-        }
+        let err = PlanError::NotSupported(UnsupportedFeature::VolumeAttributesClass);
+        assert!(err.event_message().contains("not supported yet"), "{err}");
+        assert!(err.waits_for_change(), "{err}");
+        assert_eq!(err.state(), ProvisioningState::Finished);
+        assert!(err.emits_event());
     }
 
     #[test]
@@ -446,6 +444,12 @@ mod tests {
                 false,
                 true,
             ),
+            (
+                PlanError::Source(SourceError::SnapshotNotReady("ns/s".into())),
+                ProvisioningState::NoChange,
+                false,
+                true,
+            ),
         ];
         for (err, state, ignored, event) in cases {
             assert!(
@@ -455,6 +459,11 @@ mod tests {
             assert_eq!(err.state(), state, "{err}");
             assert_eq!(err.is_ignored(), ignored, "{err}");
             assert_eq!(err.emits_event(), event, "{err}");
+            assert_eq!(
+                err.retries_slowly(),
+                matches!(err, PlanError::Source(_)),
+                "{err}"
+            );
         }
     }
 }

@@ -37,6 +37,7 @@ use csi_common::status::CsiError;
 
 use super::after_create::{self, AfterCreate, GoneCreate, after_create, after_gone_create};
 use super::in_progress::Entry;
+use super::protection;
 use super::save::{self, PendingVolume};
 use super::stores::TopologyStores;
 use super::{ClaimKey, Context};
@@ -128,7 +129,8 @@ async fn sync_claim<D: VolumeDriver>(
     );
 
     let planned_claim = claim_for_plan(ctx, &claim);
-    let plan = match plan_for(ctx, key, &planned_claim, &class, selected_node.as_deref()) {
+    let planned = plan_for(ctx, key, &planned_claim, &class, selected_node.as_deref());
+    let plan = match planned.await {
         Ok(plan) => plan,
         Err(err) => return attempt.plan_failed(err).await,
     };
@@ -187,8 +189,9 @@ async fn sync_claim<D: VolumeDriver>(
 }
 
 /// The plan of this attempt: the stored one while the claim is in progress (the driver may
-/// still be creating the volume, so the very same request is repeated), else a fresh one.
-fn plan_for<D>(
+/// still be creating the volume, so the very same request is repeated), else a fresh one with
+/// its clone or snapshot source looked up and protected.
+async fn plan_for<D>(
     ctx: &Context<D>,
     key: &ClaimKey,
     claim: &PersistentVolumeClaim,
@@ -216,7 +219,8 @@ fn plan_for<D>(
         topology,
         cached_requirement: None,
     };
-    plan_provision(&ctx.options, &inputs).map(Arc::new)
+    let plan = plan_provision(&ctx.options, &inputs).map(Arc::new)?;
+    protection::with_content_source(ctx, claim, &class.provisioner, plan).await
 }
 
 /// With `--feature-gates=VolumeAttributesClass=false` upstream ignores the claim's class name;
@@ -377,6 +381,9 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
             // Final for real: the next attempt comes when the claim is edited.
             return Outcome::Done;
         }
+        if err.retries_slowly() {
+            return Outcome::RetryAfter(protection::slow_retry(self.ctx.settings.retry));
+        }
         outcome
     }
 
@@ -469,6 +476,7 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
                     },
                 )
                 .await;
+                protection::release_snapshot(self.ctx, &self.key.uid, plan).await;
                 Outcome::Done
             }
             Err(err) => self.unusable_volume(&err, plan).await,
