@@ -4,7 +4,7 @@
 //! ReferenceGrant. Behaviour copied from kube-apiserver's CRD registry: discovery lists them
 //! (preferred version = the served one), objects are kept as sent (no typed decoding), a kind
 //! with a status subresource drops `status` on create and ignores it on main-resource updates
-//! (it is written through `/status`), no new finalizer may be added once deletion started, and
+//! (it is written through `/status`), list items keep kind and apiVersion, no new finalizer may be added once deletion started, and
 //! a version that is not served is a 404.
 
 #![allow(
@@ -134,6 +134,10 @@ async fn reference_grants_are_served_at_v1beta1_only() {
     api.create(&PostParams::default(), &grant).await.unwrap();
     let listed = api.list(&ListParams::default()).await.unwrap();
     assert_eq!(listed.items.len(), 1);
+    // Unstructured list items keep their kind and apiVersion (built-in kinds' items do not).
+    let types = listed.items[0].types.as_ref().expect("kind and apiVersion");
+    assert_eq!(types.kind, "ReferenceGrant");
+    assert_eq!(types.api_version, "gateway.networking.k8s.io/v1beta1");
     assert_eq!(
         listed.items[0].data["spec"]["from"][0]["namespace"],
         "target"

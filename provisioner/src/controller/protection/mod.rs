@@ -277,6 +277,12 @@ async fn remove_snapshot_finalizer(api: &Api<DynamicObject>, mut object: Dynamic
     if let Some(finalizers) = object.metadata.finalizers.as_mut() {
         finalizers.retain(|f| f != SNAPSHOT_FINALIZER);
     }
+    // An Update must name its kind; list items of some servers (and of typed lists) lack it.
+    let resource = snapshot_resource();
+    object.types = Some(kube::core::TypeMeta {
+        api_version: resource.api_version,
+        kind: resource.kind,
+    });
     match api.replace(&name, &PostParams::default(), &object).await {
         Ok(_) => {
             tracing::info!(snapshot = %format_args!("{namespace}/{name}"), "removed the source-protection finalizer");
