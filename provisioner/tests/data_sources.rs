@@ -96,6 +96,15 @@ fn clone_of(name: &str, size: &str, source: &str) -> PersistentVolumeClaim {
     claim_from(name, size, "PersistentVolumeClaim", None, source)
 }
 
+/// Claim `copy` cloning `other/src` through `dataSourceRef`.
+fn clone_from_other_namespace() -> PersistentVolumeClaim {
+    let mut copy = clone_of("copy", "1Gi", "src");
+    if let Some(reference) = copy.spec.as_mut().and_then(|s| s.data_source_ref.as_mut()) {
+        reference.namespace = Some("other".into());
+    }
+    copy
+}
+
 fn restore_of(name: &str, size: &str, snapshot: &str) -> PersistentVolumeClaim {
     claim_from(
         name,
@@ -473,15 +482,7 @@ async fn a_cross_namespace_clone_needs_the_gate_and_a_reference_grant() {
     })
     .await;
 
-    let mut copy = clone_of("copy", "1Gi", "src");
-    copy.spec
-        .as_mut()
-        .unwrap()
-        .data_source_ref
-        .as_mut()
-        .unwrap()
-        .namespace = Some("other".into());
-    create(&cluster, copy).await;
+    create(&cluster, clone_from_other_namespace()).await;
     failed_with(
         &cluster,
         NAMESPACE,
@@ -533,15 +534,7 @@ async fn a_cross_namespace_clone_needs_the_gate_and_a_reference_grant() {
 async fn without_the_gate_a_cross_namespace_source_is_refused() {
     let cluster = cluster().await;
     let _provisioner = cluster.provisioner("csi-provisioner-0", &[]);
-    let mut copy = clone_of("copy", "1Gi", "src");
-    copy.spec
-        .as_mut()
-        .unwrap()
-        .data_source_ref
-        .as_mut()
-        .unwrap()
-        .namespace = Some("other".into());
-    create(&cluster, copy).await;
+    create(&cluster, clone_from_other_namespace()).await;
     failed_with(
         &cluster,
         NAMESPACE,
