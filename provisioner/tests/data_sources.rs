@@ -26,6 +26,7 @@ use tonic::Code;
 
 /// Generous: the tests run in parallel on small CI machines.
 const SHORT: Duration = Duration::from_secs(30);
+const DRIVER_OTHER: &str = "other.csi.k8s.io";
 const CLONE_FINALIZER: &str = "provisioner.storage.kubernetes.io/cloning-protection";
 const SNAPSHOT_FINALIZER: &str =
     "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
@@ -407,7 +408,18 @@ async fn each_unusable_source_gets_an_event_saying_why_and_no_volume() {
         .await
         .unwrap();
     cluster.delete_claim("leaving").await;
-    ready_snapshot(&cluster, "foreign", &handle, "other.csi.k8s.io").await;
+    ready_snapshot(&cluster, "foreign", &handle, DRIVER_OTHER).await;
+    ready_snapshot(&cluster, "ready", &handle, DRIVER).await;
+    // A snapshot the snapshot controller has bound but not finished cutting.
+    ready_snapshot(&cluster, "cutting", &handle, DRIVER).await;
+    snapshots(&cluster, NAMESPACE)
+        .patch_status(
+            "cutting",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"readyToUse": false}})),
+        )
+        .await
+        .unwrap();
     // A snapshot the snapshot controller has not bound to any content.
     snapshots(&cluster, NAMESPACE)
         .create(
@@ -450,6 +462,14 @@ async fn each_unusable_source_gets_an_event_saying_why_and_no_volume() {
             "snapshot default/unbound not bound to a VolumeSnapshotContent",
         ),
         (
+            restore_of("of-cutting", "1Gi", "cutting"),
+            "snapshot default/cutting is not Ready",
+        ),
+        (
+            restore_of("tiny-restore", "512Mi", "ready"),
+            "requested volume size 536870912 is less than the size 1073741824 for the source snapshot default/ready",
+        ),
+        (
             restore_of("of-missing-snapshot", "1Gi", "nothing"),
             "VolumeSnapshot default/nothing specified as the data source does not exist",
         ),
@@ -461,7 +481,7 @@ async fn each_unusable_source_gets_an_event_saying_why_and_no_volume() {
     }
     // Only the two source claims were ever created.
     assert_eq!(cluster.driver.call_count(Method::CreateVolume), 2);
-    assert!(cluster.driver.snapshots().len() == 1);
+    assert_eq!(cluster.driver.snapshots().len(), 3);
 }
 
 #[tokio::test]
