@@ -100,8 +100,8 @@ pub(crate) enum PlanError {
         /// Class name from the claim (beta annotation, else `spec.storageClassName`).
         name: String,
     },
-    /// `spec.dataSourceRef.namespace` needs the CrossNamespaceVolumeDataSource gate, which this
-    /// provisioner does not offer.
+    /// `spec.dataSourceRef.namespace` needs the CrossNamespaceVolumeDataSource gate (alpha,
+    /// off by default).
     #[error(
         "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
     )]
