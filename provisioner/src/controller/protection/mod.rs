@@ -439,7 +439,98 @@ pub(crate) async fn sweep_snapshots<D>(ctx: Arc<Context<D>>, interval: Duration)
 
 #[cfg(test)]
 mod tests {
+    use csi_common::workqueue::metrics::QueueMetrics;
+    use k8s_openapi::api::core::v1::{
+        PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, TypedLocalObjectReference,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
     use super::*;
+
+    fn claim(name: &str, phase: &str, clones: Option<&str>) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                data_source: clones.map(|source| TypedLocalObjectReference {
+                    api_group: None,
+                    kind: PVC_KIND.into(),
+                    name: source.into(),
+                }),
+                ..PersistentVolumeClaimSpec::default()
+            }),
+            status: Some(PersistentVolumeClaimStatus {
+                phase: Some(phase.into()),
+                ..PersistentVolumeClaimStatus::default()
+            }),
+        }
+    }
+
+    fn deleting(mut claim: PersistentVolumeClaim, finalizer: &str) -> PersistentVolumeClaim {
+        claim.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        claim.metadata.finalizers = Some(vec![finalizer.into()]);
+        claim
+    }
+
+    #[tokio::test]
+    async fn claim_changes_queue_the_sources_that_may_be_released() {
+        let cases: Vec<(&str, PersistentVolumeClaim, bool, Vec<&str>)> = vec![
+            (
+                "protected source being deleted",
+                deleting(claim("src", "Bound", None), CLONE_FINALIZER),
+                false,
+                vec!["src"],
+            ),
+            (
+                "deleted without our finalizer",
+                deleting(claim("src", "Bound", None), "other/finalizer"),
+                false,
+                vec![],
+            ),
+            (
+                "clone bound",
+                claim("copy", "Bound", Some("src")),
+                false,
+                vec!["src"],
+            ),
+            (
+                "clone pending",
+                claim("copy", "Pending", Some("src")),
+                false,
+                vec![],
+            ),
+            (
+                "pending clone deleted",
+                claim("copy", "Pending", Some("src")),
+                true,
+                vec!["src"],
+            ),
+            (
+                "plain claim bound",
+                claim("plain", "Bound", None),
+                false,
+                vec![],
+            ),
+        ];
+        for (name, changed, deleted, want) in cases {
+            let (queue, _delays) = WorkQueue::<SourceKey>::new(
+                Duration::from_millis(1),
+                Duration::from_millis(2),
+                QueueMetrics::unregistered("cloning-protection"),
+            );
+            claim_changed(&queue, &changed, deleted);
+            let mut got = Vec::new();
+            while queue.len() > 0 {
+                let key = queue.get().await.unwrap();
+                queue.done(&key);
+                got.push(key.1);
+            }
+            assert_eq!(got, want, "{name}");
+        }
+    }
 
     #[test]
     fn the_slow_retry_is_a_tenth_of_the_maximum_backoff_within_the_flags() {
