@@ -523,7 +523,7 @@ mod tests {
             );
             claim_changed(&queue, &changed, deleted);
             let mut got = Vec::new();
-            while queue.len() > 0 {
+            while !queue.is_empty() {
                 let key = queue.get().await.unwrap();
                 queue.done(&key);
                 got.push(key.1);
