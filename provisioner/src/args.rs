@@ -2,7 +2,7 @@
 //! provisioner.md §1) and their validation into a [`Config`].
 //!
 //! Every upstream flag parses. Flags of features this provisioner does not implement yet
-//! (capacity tracking, clone/snapshot tuning, cross-namespace data sources) are accepted at their defaults; a value that would turn such a
+//! (capacity tracking) are accepted at their defaults; a value that would turn such a
 //! feature on is refused at start with [`ConfigError::Unsupported`] (exit 2), so a manifest
 //! never runs with a feature silently missing.
 
@@ -300,6 +300,22 @@ pub struct Config {
     pub node_deployment: Option<NodeDeploymentSettings>,
     /// Warnings to log once logging is up (accepted flags without effect).
     pub warnings: Vec<String>,
+    /// Clones, snapshot restores and cross-namespace sources.
+    pub data_sources: DataSourceSettings,
+}
+
+/// Flags and gate about data sources (spec §6.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataSourceSettings {
+    /// `--cloning-protection-threads`: clone-protection workers (0 = the controller does not
+    /// run; upstream then starts zero workers as well).
+    pub cloning_protection_threads: usize,
+    /// `--snapshot-orphan-sweep-interval` (zero = no sweep).
+    pub snapshot_orphan_sweep_interval: Duration,
+    /// `--prevent-volume-mode-conversion`.
+    pub prevent_volume_mode_conversion: bool,
+    /// The `CrossNamespaceVolumeDataSource` gate (`AllAlpha` included).
+    pub cross_namespace: bool,
 }
 
 /// Flags that shape requests and PVs.
@@ -438,6 +454,12 @@ impl TryFrom<Args> for Config {
                 max_delay: args.node_deployment_max_delay,
             }),
             warnings,
+            data_sources: DataSourceSettings {
+                cloning_protection_threads: args.cloning_protection_threads as usize,
+                snapshot_orphan_sweep_interval: args.snapshot_orphan_sweep_interval,
+                prevent_volume_mode_conversion: args.prevent_volume_mode_conversion,
+                cross_namespace: gates.cross_namespace_volume_data_source,
+            },
         })
     }
 }
@@ -449,37 +471,6 @@ fn refuse_unsupported(args: &Args) -> Result<(), ConfigError> {
     let unsupported = |flag: String, feature| Err(ConfigError::Unsupported { flag, feature });
     if args.enable_capacity {
         return unsupported("--enable-capacity=true".into(), "storage capacity tracking");
-    }
-    if args.cloning_protection_threads != 1 {
-        return unsupported(
-            format!(
-                "--cloning-protection-threads={}",
-                args.cloning_protection_threads
-            ),
-            "volume cloning (clone protection controller)",
-        );
-    }
-    if args.snapshot_orphan_sweep_interval != Duration::from_mins(5) {
-        return unsupported(
-            format!(
-                "--snapshot-orphan-sweep-interval={}",
-                flags::format_go_duration(args.snapshot_orphan_sweep_interval)
-            ),
-            "provisioning from snapshots (snapshot source-protection sweep)",
-        );
-    }
-    if !args.prevent_volume_mode_conversion {
-        return unsupported(
-            "--prevent-volume-mode-conversion=false".into(),
-            "provisioning from snapshots (volume mode conversion)",
-        );
-    }
-    let gates = args.gates();
-    if gates.cross_namespace_volume_data_source {
-        return unsupported(
-            "--feature-gates=CrossNamespaceVolumeDataSource=true".into(),
-            "cross-namespace volume data sources",
-        );
     }
     Ok(())
 }

@@ -7,7 +7,8 @@
 //! driver and wait until it is ready, learn its name and capabilities, refuse a driver that
 //! cannot provision, in node deployment ask `NodeGetInfo` which node this is, serve
 //! diagnostics, optionally win the Lease, then run the claim and volume controllers until
-//! shutdown, a lost driver connection or a lost Lease.
+//! shutdown, a lost driver connection or a lost Lease. Claims may be cloned from a claim or
+//! restored from a VolumeSnapshot (`source`, `controller::protection`).
 
 mod annotations;
 pub mod args;
@@ -22,6 +23,7 @@ mod plan_error;
 mod pv;
 mod request;
 mod secrets;
+mod source;
 mod topology;
 mod vac;
 

@@ -14,6 +14,7 @@ use thiserror::Error;
 
 use crate::params::ParamError;
 use crate::secrets::SecretError;
+use crate::source::SourceError;
 use crate::topology::TopologyError;
 
 /// Where provisioning stands after an attempt (sig-storage-lib-external-provisioner
@@ -71,29 +72,6 @@ impl MissingCapability {
     }
 }
 
-/// A claim feature upstream supports that this provisioner does not implement yet. Claims that
-/// need one fail loudly instead of getting a volume that silently lacks the feature.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum UnsupportedFeature {
-    /// `dataSource`/`dataSourceRef` of kind PersistentVolumeClaim.
-    Clone,
-    /// `dataSource`/`dataSourceRef` of kind VolumeSnapshot.
-    SnapshotRestore,
-}
-
-impl UnsupportedFeature {
-    fn message(self) -> &'static str {
-        match self {
-            Self::Clone => {
-                "cloning a PersistentVolumeClaim (dataSource kind PersistentVolumeClaim) is not supported yet by this csi-provisioner"
-            }
-            Self::SnapshotRestore => {
-                "restoring a VolumeSnapshot (dataSource kind VolumeSnapshot) is not supported yet by this csi-provisioner"
-            }
-        }
-    }
-}
-
 /// Why no CreateVolume request can be planned for a claim.
 #[derive(Debug, Error)]
 pub(crate) enum PlanError {
@@ -104,8 +82,8 @@ pub(crate) enum PlanError {
         /// Class name from the claim (beta annotation, else `spec.storageClassName`).
         name: String,
     },
-    /// `spec.dataSourceRef.namespace` needs the CrossNamespaceVolumeDataSource gate, which this
-    /// provisioner does not offer.
+    /// `spec.dataSourceRef.namespace` needs the CrossNamespaceVolumeDataSource gate (alpha,
+    /// off by default).
     #[error(
         "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
     )]
@@ -137,9 +115,6 @@ pub(crate) enum PlanError {
     /// The driver lacks a capability the claim needs.
     #[error("{}", .0.message())]
     MissingCapability(MissingCapability),
-    /// The claim needs a feature this provisioner does not implement yet.
-    #[error("{}", .0.message())]
-    NotSupported(UnsupportedFeature),
     /// `spec.selector` is set: dynamic provisioning cannot honour a selector.
     #[error("claim Selector is not supported")]
     SelectorNotSupported,
@@ -198,6 +173,9 @@ pub(crate) enum PlanError {
     /// A PV without `spec.csi` reached deletion.
     #[error("invalid CSI PV")]
     InvalidCsiPv,
+    /// The clone or snapshot source cannot be used (yet).
+    #[error(transparent)]
+    Source(SourceError),
 }
 
 /// Message of the Normal `Provisioning` Event upstream sends for [`PlanError::ExternalPopulator`].
@@ -215,7 +193,6 @@ impl PlanError {
             | Self::SnapshotApiGroup { .. }
             | Self::ExternalPopulator { .. }
             | Self::MissingCapability(_)
-            | Self::NotSupported(_)
             | Self::SelectorNotSupported
             | Self::EmptyVolumeNamePrefix
             | Self::MissingUid
@@ -229,40 +206,19 @@ impl PlanError {
             Self::SelectedCsiNodeNotFound { .. } => ProvisioningState::Reschedule,
             // Upstream returns NoChange for these: an earlier in-background attempt stays in
             // progress.
-            Self::StorageClassNotFound { .. } | Self::Topology(_) | Self::Secret(_) => {
-                ProvisioningState::NoChange
-            }
+            Self::StorageClassNotFound { .. }
+            | Self::Topology(_)
+            | Self::Secret(_)
+            | Self::Source(_) => ProvisioningState::NoChange,
         }
     }
 
-    /// Whether the claim is left alone after the `ProvisioningFailed` Event until it changes,
-    /// instead of being retried with backoff. Only for features this provisioner does not
-    /// implement: no amount of retrying makes them supported, and docs/compatibility.md calls
-    /// the refusal final, so a backoff retry would only repeat the Event (six a minute at first
-    /// with the default backoff). Upstream retries every other failure, final or not, because
-    /// the objects involved do get fixed.
-    pub(crate) fn waits_for_change(&self) -> bool {
-        match self {
-            Self::NotSupported(_) => true,
-            Self::StorageClassNotFound { .. }
-            | Self::DataSourceRefNamespace
-            | Self::DataSourceNameEmpty { .. }
-            | Self::SnapshotApiGroup { .. }
-            | Self::ExternalPopulator { .. }
-            | Self::MissingCapability(_)
-            | Self::SelectorNotSupported
-            | Self::EmptyVolumeNamePrefix
-            | Self::MissingUid
-            | Self::UuidLengthOutOfRange { .. }
-            | Self::FsType(_)
-            | Self::StorageRequest { .. }
-            | Self::AccessMode(_)
-            | Self::SelectedCsiNodeNotFound { .. }
-            | Self::Topology(_)
-            | Self::Secret(_)
-            | Self::StripParameters(_)
-            | Self::InvalidCsiPv => false,
-        }
+    /// Whether the claim is retried slowly rather than with the normal backoff: a data source
+    /// that cannot be used only becomes usable when someone (or the snapshot controller)
+    /// changes it, which takes seconds to minutes; retrying from one second on would only
+    /// repeat the same Event (beyond upstream, which uses the normal backoff).
+    pub(crate) fn retries_slowly(&self) -> bool {
+        matches!(self, Self::Source(_))
     }
 
     /// Upstream's `IgnoredError`: stop working on the claim without a `ProvisioningFailed`
@@ -387,20 +343,6 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_features_say_not_supported_yet() {
-        for feature in [
-            UnsupportedFeature::Clone,
-            UnsupportedFeature::SnapshotRestore,
-        ] {
-            let err = PlanError::NotSupported(feature);
-            assert!(err.event_message().contains("not supported yet"), "{err}");
-            assert!(err.waits_for_change(), "{err}");
-            assert_eq!(err.state(), ProvisioningState::Finished);
-            assert!(err.emits_event());
-        }
-    }
-
-    #[test]
     fn states_follow_upstream_provision() {
         let cases: Vec<(PlanError, ProvisioningState, bool, bool)> = vec![
             // (error, state, ignored, event)
@@ -440,15 +382,22 @@ mod tests {
                 false,
                 true,
             ),
+            (
+                PlanError::Source(SourceError::SnapshotNotReady("ns/s".into())),
+                ProvisioningState::NoChange,
+                false,
+                true,
+            ),
         ];
         for (err, state, ignored, event) in cases {
-            assert!(
-                !err.waits_for_change(),
-                "{err}: retried with backoff, as upstream"
-            );
             assert_eq!(err.state(), state, "{err}");
             assert_eq!(err.is_ignored(), ignored, "{err}");
             assert_eq!(err.emits_event(), event, "{err}");
+            assert_eq!(
+                err.retries_slowly(),
+                matches!(err, PlanError::Source(_)),
+                "{err}"
+            );
         }
     }
 }

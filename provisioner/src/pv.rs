@@ -118,7 +118,9 @@ pub(crate) fn build_pv(
     } else {
         volume.capacity_bytes
     };
-    if claim_spec.is_some_and(|s| s.data_source.is_some()) && volume.content_source.is_none() {
+    // Upstream checks `spec.dataSource` (and a cross-namespace `dataSourceRef`); the request
+    // carries a content source exactly in those cases.
+    if plan.request.volume_content_source.is_some() && volume.content_source.is_none() {
         return Err(BuildPvError::ContentSourceMissing {
             volume_id: volume.volume_id.clone(),
         });

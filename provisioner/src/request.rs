@@ -6,9 +6,9 @@
 //! passes the claim, its class and a snapshot of Nodes/CSINodes, then fetches the provisioner
 //! secret named in the plan and fills `request.secrets` itself.
 //!
-//! Features this provisioner does not implement yet (clone, snapshot restore) fail with [`PlanError::NotSupported`] rather than producing a volume
-//! that silently lacks them. Other data source kinds belong to volume populators and are left
-//! alone, as upstream does.
+//! A clone or snapshot source is only classified here ([`ProvisionPlan::source`]); the controller
+//! looks the source objects up and fills `volume_content_source` (`crate::source`). Other data
+//! source kinds belong to volume populators and are left alone, as upstream does.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -23,8 +23,9 @@ use proto::csi::v1::{CapacityRange, CreateVolumeRequest, TopologyRequirement, Vo
 
 use crate::naming::volume_name;
 use crate::params;
-use crate::plan_error::{MissingCapability, PlanError, UnsupportedFeature};
+use crate::plan_error::{MissingCapability, PlanError};
 use crate::secrets::{self, ClaimTokens, SecretKind};
+use crate::source::{self, SourceKind, SourceRef};
 use crate::topology::{self, RequirementInputs, TopologyError};
 
 pub(crate) use crate::secrets::PvSecretRefs;
@@ -35,9 +36,6 @@ use csi_common::secrets::SecretRef;
 pub(crate) const VOLUME_MODE_BLOCK: &str = "Block";
 /// The resource name of a claim's size request.
 pub(crate) const RESOURCE_STORAGE: &str = "storage";
-const SNAPSHOT_KIND: &str = "VolumeSnapshot";
-const SNAPSHOT_API_GROUP: &str = "snapshot.storage.k8s.io";
-const PVC_KIND: &str = "PersistentVolumeClaim";
 
 /// The provisioner's configuration that shapes requests and PVs (flags plus what the driver
 /// reported at start-up).
@@ -70,6 +68,27 @@ pub(crate) struct ProvisionOptions {
     pub(crate) plugin_caps: PluginCapabilities,
     /// ControllerGetCapabilities.
     pub(crate) controller_caps: ControllerCapabilities,
+    /// Data source flags and gate.
+    pub(crate) data_sources: DataSourceOptions,
+}
+
+/// Flags and gate about data sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DataSourceOptions {
+    /// The `CrossNamespaceVolumeDataSource` gate.
+    pub(crate) cross_namespace: bool,
+    /// `--prevent-volume-mode-conversion`.
+    pub(crate) prevent_volume_mode_conversion: bool,
+}
+
+impl Default for DataSourceOptions {
+    /// Upstream's defaults: gate off, conversion prevented.
+    fn default() -> Self {
+        Self {
+            cross_namespace: false,
+            prevent_volume_mode_conversion: true,
+        }
+    }
 }
 
 impl ProvisionOptions {
@@ -122,6 +141,8 @@ pub(crate) struct ProvisionPlan {
     pub(crate) block: bool,
     /// Deprecation warnings for the controller to log (upstream logs them on every attempt).
     pub(crate) warnings: Vec<String>,
+    /// The clone or snapshot source; `request.volume_content_source` is still empty then.
+    pub(crate) source: Option<SourceRef>,
 }
 
 /// Plans the CreateVolume call for a claim that [`crate::decide::decide_claim`] said to
@@ -135,7 +156,7 @@ pub(crate) fn plan_provision(
     let default_spec = PersistentVolumeClaimSpec::default();
     let spec = pvc.spec.as_ref().unwrap_or(&default_spec);
 
-    check_claim_features(opts, pvc, spec)?;
+    let source = check_claim_features(opts, pvc, spec)?;
 
     let pv_name = volume_name(
         &opts.volume_name_prefix,
@@ -200,6 +221,7 @@ pub(crate) fn plan_provision(
         fs_type,
         block,
         warnings: params::deprecated_key_warnings(class_params),
+        source,
     })
 }
 
@@ -225,24 +247,17 @@ fn check_claim_features(
     opts: &ProvisionOptions,
     pvc: &PersistentVolumeClaim,
     spec: &PersistentVolumeClaimSpec,
-) -> Result<(), PlanError> {
-    let source = data_source(pvc)?;
+) -> Result<Option<SourceRef>, PlanError> {
+    let source = source::reference(pvc, opts.data_sources.cross_namespace)?;
     let vac = spec
         .volume_attributes_class_name
         .as_deref()
         .is_some_and(|name| !name.is_empty());
-    check_capabilities(opts, source, vac)?;
-    match source {
-        Some(SourceKind::Clone) => return Err(PlanError::NotSupported(UnsupportedFeature::Clone)),
-        Some(SourceKind::Snapshot) => {
-            return Err(PlanError::NotSupported(UnsupportedFeature::SnapshotRestore));
-        }
-        None => {}
-    }
+    check_capabilities(opts, source.as_ref().map(|s| s.kind), vac)?;
     if spec.selector.is_some() {
         return Err(PlanError::SelectorNotSupported);
     }
-    Ok(())
+    Ok(source)
 }
 
 /// The accessibility requirement: none without topology support, the cached one on a retry,
@@ -277,50 +292,6 @@ fn requirement(
         }
         other => PlanError::Topology(other),
     })
-}
-
-/// The kinds of data source that need the driver's help.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SourceKind {
-    Clone,
-    Snapshot,
-}
-
-/// Normalises `dataSource` / `dataSourceRef` like upstream's `dataSource()` and classifies it.
-fn data_source(pvc: &PersistentVolumeClaim) -> Result<Option<SourceKind>, PlanError> {
-    let Some(spec) = pvc.spec.as_ref() else {
-        return Ok(None);
-    };
-    let (kind, name, group) = if let Some(source) = &spec.data_source {
-        (&source.kind, &source.name, source.api_group.as_deref())
-    } else if let Some(source) = &spec.data_source_ref {
-        if source.namespace.as_deref().is_some_and(|ns| !ns.is_empty()) {
-            return Err(PlanError::DataSourceRefNamespace);
-        }
-        (&source.kind, &source.name, source.api_group.as_deref())
-    } else {
-        return Ok(None);
-    };
-    if name.is_empty() {
-        return Err(PlanError::DataSourceNameEmpty {
-            claim: pvc.metadata.name.clone().unwrap_or_default(),
-        });
-    }
-    match kind.as_str() {
-        SNAPSHOT_KIND => {
-            let group = group.unwrap_or_default();
-            if group != SNAPSHOT_API_GROUP {
-                return Err(PlanError::SnapshotApiGroup {
-                    group: group.to_owned(),
-                });
-            }
-            Ok(Some(SourceKind::Snapshot))
-        }
-        PVC_KIND => Ok(Some(SourceKind::Clone)),
-        other => Err(PlanError::ExternalPopulator {
-            kind: other.to_owned(),
-        }),
-    }
 }
 
 /// Upstream `checkDriverCapabilities`.

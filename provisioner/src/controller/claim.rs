@@ -38,6 +38,7 @@ use csi_common::status::CsiError;
 
 use super::after_create::{self, AfterCreate, GoneCreate, after_create, after_gone_create};
 use super::in_progress::Entry;
+use super::protection;
 use super::save::{self, PendingVolume};
 use super::stores::TopologyStores;
 use super::{ClaimKey, Context};
@@ -198,7 +199,8 @@ enum PlanFailure {
 
 /// The plan of this attempt: the stored one while the claim is in progress (the driver may
 /// still be creating the volume, so the very same request is repeated), else a fresh one
-/// with the VolumeAttributesClass's parameters.
+/// with its clone or snapshot source looked up and protected and the VolumeAttributesClass's
+/// parameters.
 async fn plan_for<D>(
     ctx: &Context<D>,
     key: &ClaimKey,
@@ -210,9 +212,13 @@ async fn plan_for<D>(
         return Ok(entry.plan);
     }
     let plan = fresh_plan(ctx, claim, class, selected_node).map_err(PlanFailure::Plan)?;
-    crate::vac::with_class(&ctx.client, &ctx.options.driver_name, claim, plan)
+    // The class first: it has no side effects, while looking the source up protects it.
+    let plan = crate::vac::with_class(&ctx.client, &ctx.options.driver_name, claim, plan)
         .await
-        .map_err(PlanFailure::Class)
+        .map_err(PlanFailure::Class)?;
+    protection::with_content_source(ctx, claim, &class.provisioner, plan)
+        .await
+        .map_err(PlanFailure::Plan)
 }
 
 /// A new plan from the cached objects (node deployment: from this node's stand-ins).
@@ -409,9 +415,8 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
             return self.settle(err.state()).await;
         }
         let outcome = self.failed(&message, err.state()).await;
-        if err.waits_for_change() {
-            // Final for real: the next attempt comes when the claim is edited.
-            return Outcome::Done;
+        if err.retries_slowly() {
+            return Outcome::RetryAfter(protection::slow_retry(self.ctx.settings.retry));
         }
         outcome
     }
@@ -505,6 +510,7 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
                     },
                 )
                 .await;
+                protection::release_snapshot(self.ctx, &self.key.uid, plan).await;
                 Outcome::Done
             }
             Err(err) => self.unusable_volume(&err, plan).await,

@@ -6,6 +6,8 @@
 //!   deleted-claim cleanup of [`in_progress`].
 //! * [`volume`]: PV finalizer maintenance and Released → DeleteVolume → PV removal (§5).
 //! * [`save`]: PVs whose creation failed after the volume was made, retried forever (§4.5).
+//! * [`protection`]: clone and snapshot sources: lookups, finalizers, the clone-protection
+//!   queue (`cloning-protection`) and the snapshot sweep (§6.4).
 //!
 //! `--worker-threads` workers serve `claims` and as many serve `volumes`, so at most that many
 //! CreateVolume and, separately, DeleteVolume calls run at once, as upstream.
@@ -13,6 +15,7 @@
 mod after_create;
 pub(crate) mod claim;
 pub(crate) mod in_progress;
+pub(crate) mod protection;
 pub(crate) mod save;
 mod secrets;
 pub(crate) mod stores;
@@ -33,12 +36,13 @@ use crate::args::{Config, RetrySettings};
 use crate::csi::VolumeDriver;
 use crate::metrics::ControllerMetrics;
 use crate::node::NodeDeployment;
-use crate::request::ProvisionOptions;
+use crate::request::{DataSourceOptions, ProvisionOptions};
 use csi_common::controller::Workers;
 use csi_common::events::EventRecorder;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
 
 use self::in_progress::{InProgress, Infeasible};
+use self::protection::{ProtectionSettings, SourceKey};
 use self::save::Unsaved;
 use self::stores::{Handlers, Stores, Wanted};
 use csi_common::workqueue::WorkQueue;
@@ -96,6 +100,8 @@ pub(crate) struct Settings {
     /// not given and the API server does not serve the kind). `Some(false)`: claims' classes
     /// are ignored.
     pub(crate) vac_gate: Option<bool>,
+    /// Clone-protection workers and the snapshot sweep.
+    pub(crate) protection: ProtectionSettings,
 }
 
 impl Settings {
@@ -113,6 +119,16 @@ impl Settings {
                 && plugin.has_volume_accessibility_constraints(),
             attachments: controller.has_publish_unpublish_volume(),
             vac_gate: config.provisioning.volume_attributes_class_gate,
+            protection: ProtectionSettings {
+                clone_workers: if controller.has_clone_volume() {
+                    config.data_sources.cloning_protection_threads
+                } else {
+                    0
+                },
+                snapshot_sweep: (controller.has_create_delete_snapshot()
+                    && !config.data_sources.snapshot_orphan_sweep_interval.is_zero())
+                .then_some(config.data_sources.snapshot_orphan_sweep_interval),
+            },
         }
     }
 }
@@ -149,6 +165,10 @@ pub(crate) fn provision_options(
         provisioner_identity: provisioner_identity.to_owned(),
         plugin_caps,
         controller_caps: controller.clone(),
+        data_sources: DataSourceOptions {
+            cross_namespace: config.data_sources.cross_namespace,
+            prevent_volume_mode_conversion: config.data_sources.prevent_volume_mode_conversion,
+        },
     }
 }
 
@@ -227,6 +247,8 @@ struct QueueHandlers {
     volumes: Arc<WorkQueue<String>>,
     in_progress: Arc<InProgress>,
     deleted: Arc<DeletedVolumes>,
+    /// The clone-protection queue, when the driver can clone.
+    protection: Option<Arc<WorkQueue<SourceKey>>>,
 }
 
 impl Handlers for QueueHandlers {
@@ -234,9 +256,15 @@ impl Handlers for QueueHandlers {
         if let Some(key) = ClaimKey::of(claim) {
             self.claims.add(key);
         }
+        if let Some(queue) = &self.protection {
+            protection::claim_changed(queue, claim, false);
+        }
     }
 
     fn claim_deleted(&self, claim: &PersistentVolumeClaim) {
+        if let Some(queue) = &self.protection {
+            protection::claim_changed(queue, claim, true);
+        }
         // Upstream ignores deletions; a claim in progress must be finished and cleaned up now
         // rather than after its backoff, so it goes back to the queue.
         if let Some(key) = ClaimKey::of(claim)
@@ -291,6 +319,10 @@ pub(crate) async fn run<D: VolumeDriver>(
     let claims = workers.queue("claims", retry.start, retry.max);
     let volumes = workers.queue("volumes", retry.start, retry.max);
     let unsaved_queue = workers.queue("unsavedpvs", UNSAVED_BACKOFF.0, UNSAVED_BACKOFF.1);
+    // Upstream names this queue `claims` too, so their workqueue metrics add up; a name of its
+    // own keeps them apart (docs/compatibility.md).
+    let protection_queue = (settings.protection.clone_workers > 0)
+        .then(|| workers.queue("cloning-protection", retry.start, retry.max));
 
     let in_progress = Arc::new(InProgress::default());
     let deleted = Arc::new(DeletedVolumes::default());
@@ -299,6 +331,7 @@ pub(crate) async fn run<D: VolumeDriver>(
         volumes: Arc::clone(&volumes),
         in_progress: Arc::clone(&in_progress),
         deleted: Arc::clone(&deleted),
+        protection: protection_queue.clone(),
     });
     let (stores, informers) = stores::start(
         &client,
@@ -359,6 +392,18 @@ pub(crate) async fn run<D: VolumeDriver>(
         &ctx,
         |ctx, name: String| async move { save::sync(&ctx, &name).await },
     );
+
+    if let Some(queue) = &protection_queue {
+        workers.spawn(
+            queue,
+            ctx.settings.protection.clone_workers,
+            &ctx,
+            |ctx, key: SourceKey| async move { protection::sync_clone_source(&ctx, &key).await },
+        );
+    }
+    if let Some(interval) = ctx.settings.protection.snapshot_sweep {
+        background.spawn(protection::sweep_snapshots(Arc::clone(&ctx), interval));
+    }
 
     // Workers finish the item in hand (each CSI call is bounded by --timeout) and return.
     let result = workers.run_until(stop).await;

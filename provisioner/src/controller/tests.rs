@@ -153,6 +153,7 @@ impl Harness {
                 [],
             ),
             controller_caps: crate::request::tests::controller_caps(&rpcs),
+            data_sources: crate::request::DataSourceOptions::default(),
         };
         let registry = prometheus::Registry::new();
         let (recorder, writer) =
@@ -172,6 +173,7 @@ impl Harness {
                 topology: false,
                 attachments: rpcs.contains(&ControllerCapability::PublishUnpublishVolume),
                 vac_gate: None,
+                protection: super::protection::ProtectionSettings::default(),
             },
             recorder,
             metrics: ControllerMetrics::register(&registry).unwrap(),
@@ -622,7 +624,7 @@ async fn a_claim_deleted_before_its_pv_is_saved_gets_no_pv_and_its_volume_is_del
 }
 
 #[tokio::test]
-async fn a_refused_clone_is_not_retried_until_the_claim_changes() {
+async fn a_clone_of_a_missing_claim_says_so_and_retries_on_the_slow_timer() {
     let h = Harness::with_capabilities(vec![
         ControllerCapability::CreateDeleteVolume,
         ControllerCapability::CloneVolume,
@@ -649,28 +651,14 @@ async fn a_refused_clone_is_not_retried_until_the_claim_changes() {
         }
     };
     let first = eventually("the refusal", WAIT, async || refused(1).await).await;
-    assert!(
-        first
-            .message
-            .as_deref()
-            .unwrap_or_default()
-            .contains("not supported yet"),
-        "{first:?}"
+    assert_eq!(
+        first.message.as_deref(),
+        Some("PersistentVolumeClaim default/original specified as the data source does not exist"),
     );
-
-    // An edit is what brings the claim back (someone may have removed the data source).
-    let mut edited = h.claims().get("copy").await.unwrap();
-    edited.metadata.labels = Some(BTreeMap::from([("edited".into(), "yes".into())]));
-    h.claims()
-        .replace("copy", &PostParams::default(), &edited)
-        .await
-        .unwrap();
-    let second = eventually("the refusal after the edit", WAIT, async || {
-        refused(2).await
-    })
-    .await;
-    // Both attempts came from the claim's own changes: none from a backoff retry.
-    assert_eq!(second.count, Some(2));
+    // Retried without any change of the claim, and on the fixed slow timer: the same Event's
+    // count goes up, the exponential backoff is never used.
+    let second = eventually("the slow retry", WAIT, async || refused(2).await).await;
+    assert_eq!(second.message, first.message);
     assert_eq!(h.counter(r#"workqueue_retries_total{name="claims"}"#), 0);
     assert!(h.driver.creates().is_empty());
     h.stop().await;

@@ -219,20 +219,11 @@ fn claims_with_a_data_source_need_a_content_source_in_the_response() {
         },
         cached_requirement: None,
     };
-    let plan = plan_provision(&opts, &inputs).unwrap();
-    // A claim that gained a data source (planning refuses those today; the check stays for when
-    // cloning arrives).
-    let mut with_source = pvc.clone();
-    with_source.spec.as_mut().unwrap().data_source =
-        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
-            api_group: None,
-            kind: "PersistentVolumeClaim".into(),
-            name: "src".into(),
-        });
-    let inputs = ProvisionInputs {
-        pvc: &with_source,
-        ..inputs
-    };
+    let mut plan = plan_provision(&opts, &inputs).unwrap();
+    // Without a content source in the request, none is needed in the response.
+    assert!(build_pv(&opts, &inputs, &plan, &fixture_response()).is_ok());
+    // The controller filled the request's content source (clone or restore).
+    plan.request.volume_content_source = Some(VolumeContentSource { r#type: None });
     let err = build_pv(&opts, &inputs, &plan, &fixture_response()).unwrap_err();
     assert_eq!(err.to_string(), "volume content source missing");
     let mut response = fixture_response();

@@ -170,6 +170,7 @@ pub(crate) fn hostpath_options() -> ProvisionOptions {
             ControllerCapability::ExpandVolume,
             ControllerCapability::SingleNodeMultiWriter,
         ]),
+        data_sources: crate::request::DataSourceOptions::default(),
     }
 }
 
@@ -268,32 +269,12 @@ fn bad_input_fails_with_upstream_messages_and_states() {
             Finished,
         ),
         (
-            "clone",
-            edit(|_, p, _| {
-                spec(p).data_source = Some(data_source("PersistentVolumeClaim", "src", None));
-            }),
-            "cloning a PersistentVolumeClaim (dataSource kind PersistentVolumeClaim) is not supported yet by this csi-provisioner",
-            Finished,
-        ),
-        (
             "clone without CLONE_VOLUME reports the capability first",
             edit(|o, p, _| {
                 o.controller_caps = controller_caps(&[ControllerCapability::CreateDeleteVolume]);
                 spec(p).data_source = Some(data_source("PersistentVolumeClaim", "src", None));
             }),
             "CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported",
-            Finished,
-        ),
-        (
-            "snapshot",
-            edit(|_, p, _| {
-                spec(p).data_source = Some(data_source(
-                    "VolumeSnapshot",
-                    "snap",
-                    Some("snapshot.storage.k8s.io"),
-                ));
-            }),
-            "restoring a VolumeSnapshot (dataSource kind VolumeSnapshot) is not supported yet by this csi-provisioner",
             Finished,
         ),
         (
@@ -321,19 +302,6 @@ fn bad_input_fails_with_upstream_messages_and_states() {
                 spec(p).data_source = Some(data_source("PersistentVolumeClaim", "", None));
             }),
             "the PVC source not found for PVC fx-pvc",
-            Finished,
-        ),
-        (
-            "dataSourceRef clone",
-            edit(|_, p, _| {
-                spec(p).data_source_ref = Some(TypedObjectReference {
-                    api_group: None,
-                    kind: "PersistentVolumeClaim".into(),
-                    name: "src".into(),
-                    namespace: None,
-                });
-            }),
-            "cloning a PersistentVolumeClaim (dataSource kind PersistentVolumeClaim) is not supported yet by this csi-provisioner",
             Finished,
         ),
         (
@@ -854,4 +822,44 @@ fn parameters_are_stripped_and_extended() {
     );
     assert_eq!(plan.warnings.len(), 2, "{:?}", plan.warnings);
     assert!(plan.request.secrets.is_empty());
+}
+
+#[test]
+fn clone_and_snapshot_sources_are_planned_without_content_until_looked_up() {
+    use crate::source::SourceKind;
+    let cases = [
+        (
+            data_source("PersistentVolumeClaim", "src", None),
+            SourceKind::Clone,
+        ),
+        (
+            data_source("VolumeSnapshot", "snap", Some("snapshot.storage.k8s.io")),
+            SourceKind::Snapshot,
+        ),
+    ];
+    for (source, kind) in cases {
+        let mut pvc = fixture_pvc();
+        spec(&mut pvc).data_source = Some(source);
+        let plan = plan(&hostpath_options(), &pvc, &fixture_class(), None).unwrap();
+        let planned = plan.source.unwrap();
+        assert_eq!(planned.kind, kind);
+        assert!(!planned.cross_namespace);
+        assert_eq!(plan.request.volume_content_source, None);
+    }
+    // dataSourceRef in another namespace plans with the gate on.
+    let mut pvc = fixture_pvc();
+    spec(&mut pvc).data_source_ref = Some(TypedObjectReference {
+        api_group: None,
+        kind: "PersistentVolumeClaim".into(),
+        name: "src".into(),
+        namespace: Some("other".into()),
+    });
+    let mut opts = hostpath_options();
+    opts.data_sources.cross_namespace = true;
+    let planned = plan(&opts, &pvc, &fixture_class(), None)
+        .unwrap()
+        .source
+        .unwrap();
+    assert!(planned.cross_namespace);
+    assert_eq!(planned.namespace, "other");
 }

@@ -951,7 +951,8 @@ async fn discovery_matches_the_upstream_documents_for_the_served_resources() {
             "events.k8s.io",
             "storage.k8s.io",
             "coordination.k8s.io",
-            "snapshot.storage.k8s.io"
+            "snapshot.storage.k8s.io",
+            "gateway.networking.k8s.io"
         ]
     );
     // n4

@@ -56,7 +56,7 @@ pub use fault::{Action, Fault, When};
 pub use method::{Method, Service, UnknownMethod};
 pub use record::RecordedCall;
 pub use server::{MockDriver, MockDriverHandle};
-pub use state::MockVolume;
+pub use state::{MockSnapshot, MockVolume};
 
 /// Failures of starting, stopping or waiting on the mock driver.
 #[derive(Debug, thiserror::Error)]

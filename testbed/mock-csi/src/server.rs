@@ -277,6 +277,11 @@ impl MockDriverHandle {
             })
     }
 
+    /// The driver's snapshots, in creation order.
+    pub fn snapshots(&self) -> Vec<crate::MockSnapshot> {
+        self.shared.lock().volumes.snapshots()
+    }
+
     /// A snapshot of the volume table, in creation order.
     pub fn volumes(&self) -> Vec<MockVolume> {
         self.shared.lock().volumes.snapshot()

@@ -258,8 +258,8 @@ impl Controller for CsiService {
         &self,
         request: Request<csi::CreateSnapshotRequest>,
     ) -> RpcResult<csi::CreateSnapshotResponse> {
-        self.call(Method::CreateSnapshot, request, |_, _| {
-            Err(unsupported("CreateSnapshot"))
+        self.call(Method::CreateSnapshot, request, |inner, req| {
+            inner.volumes.create_snapshot(&inner.config, &req)
         })
         .await
     }
@@ -268,8 +268,8 @@ impl Controller for CsiService {
         &self,
         request: Request<csi::DeleteSnapshotRequest>,
     ) -> RpcResult<csi::DeleteSnapshotResponse> {
-        self.call(Method::DeleteSnapshot, request, |_, _| {
-            Err(unsupported("DeleteSnapshot"))
+        self.call(Method::DeleteSnapshot, request, |inner, req| {
+            inner.volumes.delete_snapshot(&inner.config, &req)
         })
         .await
     }

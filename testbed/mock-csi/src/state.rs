@@ -12,6 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use proto::csi::v1 as csi;
 use tonic::Status;
 
+mod snapshots;
+
+pub use snapshots::MockSnapshot;
+
 use super::config::VolumeExpansion;
 use super::config::{ControllerRpc, MockDriverConfig, NodeRpc, PluginCapability, PluginService};
 
@@ -209,6 +213,7 @@ fn exceeds_maximum(requested: i64, max: i64) -> Status {
 #[derive(Debug, Default)]
 pub(crate) struct VolumeTable {
     volumes: Vec<MockVolume>,
+    snapshots: Vec<MockSnapshot>,
 }
 
 impl VolumeTable {
@@ -281,22 +286,6 @@ impl VolumeTable {
         Ok(vec![cfg.topology.clone()])
     }
 
-    /// A clone source must exist; the mock keeps no snapshots, so a snapshot source is unknown.
-    fn check_content_source(&self, source: &csi::VolumeContentSource) -> Result<(), Status> {
-        use csi::volume_content_source::Type;
-        match &source.r#type {
-            Some(Type::Volume(v)) if self.by_id(&v.volume_id).is_none() => {
-                Err(Self::not_found(&v.volume_id))
-            }
-            Some(Type::Volume(_)) => Ok(()),
-            Some(Type::Snapshot(s)) => Err(Status::not_found(format!(
-                "snapshot {} not found (the mock driver keeps no snapshots)",
-                s.snapshot_id
-            ))),
-            None => Err(Status::invalid_argument("not a proper volume source")),
-        }
-    }
-
     pub(crate) fn create_volume(
         &mut self,
         cfg: &MockDriverConfig,
@@ -344,11 +333,21 @@ impl VolumeTable {
             });
         }
 
-        let wanted = match (required, limit) {
-            (0, 0) => cfg.default_volume_size,
-            (0, limit) => cfg.default_volume_size.min(limit),
-            (required, _) => required,
+        let source_size = req
+            .volume_content_source
+            .as_ref()
+            .map(|source| self.content_source_size(cfg, source))
+            .transpose()?;
+        let wanted = match (required, limit, source_size) {
+            // No size asked for: as big as the source.
+            (0, _, Some(source)) => source,
+            (0, 0, None) => cfg.default_volume_size,
+            (0, limit, None) => cfg.default_volume_size.min(limit),
+            (required, _, _) => required,
         };
+        if let Some(source) = source_size {
+            snapshots::check_source_fits(wanted, limit, source)?;
+        }
         if wanted > cfg.max_volume_size {
             return Err(exceeds_maximum(wanted, cfg.max_volume_size));
         }
@@ -368,10 +367,6 @@ impl VolumeTable {
             return Err(Status::resource_exhausted(format!(
                 "insufficient capacity: requested {size}, available {available}"
             )));
-        }
-
-        if let Some(source) = &req.volume_content_source {
-            self.check_content_source(source)?;
         }
 
         let parameters = from_map(&req.parameters);

@@ -313,8 +313,10 @@ impl Sandbox {
             "--node-expansion-required=false".to_owned(),
             // The mock's default controller capabilities plus MODIFY_VOLUME, so csi-resizer
             // runs its modify controller for the volume modification flow.
+            // CLONE_VOLUME and CREATE_DELETE_SNAPSHOT for the clone and restore flows.
             "--controller-capabilities=CREATE_DELETE_VOLUME,PUBLISH_UNPUBLISH_VOLUME,LIST_VOLUMES,\
-             GET_CAPACITY,EXPAND_VOLUME,SINGLE_NODE_MULTI_WRITER,MODIFY_VOLUME"
+             GET_CAPACITY,EXPAND_VOLUME,SINGLE_NODE_MULTI_WRITER,MODIFY_VOLUME,CLONE_VOLUME,\
+             CREATE_DELETE_SNAPSHOT"
                 .to_owned(),
         ];
         let log = self.work_dir.join(format!("{DRIVER_BINARY}.log"));
@@ -401,6 +403,11 @@ impl Sandbox {
     /// Names of the claims created at start-up (namespace [`NAMESPACE`]).
     pub fn claims(&self) -> &[String] {
         &self.claims
+    }
+
+    /// The mock driver's socket.
+    pub fn csi_socket(&self) -> &Path {
+        &self.csi_socket
     }
 
     /// The driver name.

@@ -24,6 +24,8 @@ const FLOWS: &[&str] = &[
     "manual static binding",
     "node-driver-registrar registration with kubelet",
     "dynamic provisioning",
+    "clone from a claim",
+    "restore from a VolumeSnapshot",
     "attach and detach",
     "volume expansion",
     "volume modification",

@@ -21,6 +21,7 @@ const GROUP_ORDER: &[&str] = &[
     "storage.k8s.io",
     "coordination.k8s.io",
     "snapshot.storage.k8s.io",
+    "gateway.networking.k8s.io",
 ];
 
 /// JSON object with fields in the given order; values are already-encoded JSON.
@@ -138,9 +139,10 @@ pub(crate) fn api(headers: &HeaderMap, disabled: &[String]) -> Response {
 }
 
 fn group_version_ref(group: &str) -> String {
+    let version = resources::group_version_of(group);
     obj(&[
-        ("groupVersion", s(&format!("{group}/v1"))),
-        ("version", s("v1")),
+        ("groupVersion", s(&format!("{group}/{version}"))),
+        ("version", s(version)),
     ])
 }
 
@@ -310,7 +312,7 @@ fn discovery_group(group: &str, disabled: &[String]) -> String {
         obj(&[("name", s(group))])
     };
     let version = obj(&[
-        ("version", s("v1")),
+        ("version", s(resources::group_version_of(group))),
         ("resources", array(&resources)),
         ("freshness", s("Current")),
     ]);

@@ -73,8 +73,11 @@ pub(crate) fn list(
                 .iter()
                 .map(|item| {
                     let mut item = item.clone();
-                    if let Some(map) = item.as_object_mut() {
-                        // LIST items carry no kind/apiVersion (fixture a1).
+                    if let Some(map) = item.as_object_mut()
+                        && !info.custom
+                    {
+                        // LIST items of built-in kinds carry no kind/apiVersion (fixture a1);
+                        // custom resources are listed as unstructured objects, which keep them.
                         map.remove("kind");
                         map.remove("apiVersion");
                     }

@@ -527,10 +527,49 @@ fn build() -> Vec<ResourceInfo> {
             true,
             &["vs"],
         ),
+        // gateway.networking.k8s.io/v1beta1 ReferenceGrant, as the Gateway API CRDs (standard
+        // channel) install it: namespaced, no status subresource, short name `refgrant`,
+        // category `gateway-api`. Only v1beta1 is served, the version csi-provisioner reads.
+        ResourceInfo {
+            version: "v1beta1",
+            categories: &["gateway-api"],
+            top_order: &["kind", "apiVersion", "metadata", "spec"],
+            ..crd_in(
+                "gateway.networking.k8s.io",
+                "referencegrants",
+                "referencegrant",
+                "ReferenceGrant",
+                true,
+                false,
+                &["refgrant"],
+            )
+        },
     ]
 }
 
 const fn crd(
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    status: bool,
+    short_names: &'static [&'static str],
+) -> ResourceInfo {
+    crd_in(
+        "snapshot.storage.k8s.io",
+        plural,
+        singular,
+        kind,
+        namespaced,
+        status,
+        short_names,
+    )
+}
+
+/// A custom resource of `group` (CRD registry semantics: no typed decoding, Status on delete,
+/// generation maintained).
+const fn crd_in(
+    group: &'static str,
     plural: &'static str,
     singular: &'static str,
     kind: &'static str,
@@ -543,7 +582,7 @@ const fn crd(
         generation: true,
         custom: true,
         ..res(
-            "snapshot.storage.k8s.io",
+            group,
             plural,
             singular,
             kind,
@@ -562,6 +601,14 @@ pub(crate) fn find(group: &str, version: &str, plural: &str) -> Option<&'static 
     all()
         .iter()
         .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The one version served of `group` (`v1` for every group but the Gateway API's).
+pub(crate) fn group_version_of(group: &str) -> &'static str {
+    all()
+        .iter()
+        .find(|r| r.group == group)
+        .map_or("v1", |r| r.version)
 }
 
 /// The group versions served, core first, in `/apis` order.

@@ -229,9 +229,125 @@ fn create_volume_with_unsatisfiable_requisite_topology_is_resource_exhausted() {
     assert!(t.create_volume(&cfg, req).is_ok());
 }
 
+fn with_sources() -> MockDriverConfig {
+    let mut cfg = MockDriverConfig::default();
+    cfg.controller_capabilities.extend([
+        ControllerRpc::CloneVolume,
+        ControllerRpc::CreateDeleteSnapshot,
+    ]);
+    cfg
+}
+
+fn snapshot_source(id: &str) -> csi::VolumeContentSource {
+    csi::VolumeContentSource {
+        r#type: Some(csi::volume_content_source::Type::Snapshot(
+            csi::volume_content_source::SnapshotSource {
+                snapshot_id: id.to_owned(),
+            },
+        )),
+    }
+}
+
+fn cut(t: &mut VolumeTable, cfg: &MockDriverConfig, name: &str, source: &str) -> csi::Snapshot {
+    t.create_snapshot(
+        cfg,
+        &csi::CreateSnapshotRequest {
+            name: name.to_owned(),
+            source_volume_id: source.to_owned(),
+            ..Default::default()
+        },
+    )
+    .expect("snapshot")
+    .snapshot
+    .expect("snapshot")
+}
+
 #[test]
-fn cloning_needs_an_existing_source_volume() {
-    let cfg = MockDriverConfig::default();
+fn snapshots_are_idempotent_by_name_and_need_an_existing_source() {
+    let cfg = with_sources();
+    let mut t = VolumeTable::default();
+    let src = created(&mut t, &cfg, "src", GI);
+    let other = created(&mut t, &cfg, "other", GI);
+    let snap = cut(&mut t, &cfg, "s1", &src.volume_id);
+    assert!(snap.ready_to_use);
+    assert_eq!(snap.size_bytes, GI);
+    assert_eq!(snap.source_volume_id, src.volume_id);
+    assert!(snap.creation_time.is_some());
+    assert_eq!(cut(&mut t, &cfg, "s1", &src.volume_id), snap);
+    let request = |name: &str, source: &str| csi::CreateSnapshotRequest {
+        name: name.to_owned(),
+        source_volume_id: source.to_owned(),
+        ..Default::default()
+    };
+    let cases = [
+        (request("s1", &other.volume_id), Code::AlreadyExists),
+        (request("s2", "missing"), Code::NotFound),
+        (request("", &src.volume_id), Code::InvalidArgument),
+        (request("s3", ""), Code::InvalidArgument),
+    ];
+    for (req, want) in cases {
+        assert_eq!(code(t.create_snapshot(&cfg, &req)), want, "{req:?}");
+    }
+    let no_caps = MockDriverConfig::default();
+    assert_eq!(
+        code(t.create_snapshot(&no_caps, &request("s4", &src.volume_id))),
+        Code::Unimplemented
+    );
+    // Deleting is idempotent.
+    for _ in 0..2 {
+        let req = csi::DeleteSnapshotRequest {
+            snapshot_id: snap.snapshot_id.clone(),
+            ..Default::default()
+        };
+        t.delete_snapshot(&cfg, &req).unwrap();
+    }
+    assert!(t.snapshots().is_empty());
+}
+
+#[test]
+fn restoring_follows_the_csi_size_and_existence_rules() {
+    let cfg = with_sources();
+    let mut t = VolumeTable::default();
+    let src = created(&mut t, &cfg, "src", 2 * GI);
+    let snap = cut(&mut t, &cfg, "s1", &src.volume_id);
+    let restore = |name: &str, required: i64, limit: i64, id: &str| {
+        let mut req = create(name, required, limit);
+        req.volume_content_source = Some(snapshot_source(id));
+        req
+    };
+    let cases = [
+        (restore("r1", GI, 0, &snap.snapshot_id), Code::OutOfRange),
+        (restore("r2", 0, GI, &snap.snapshot_id), Code::OutOfRange),
+        (restore("r3", 2 * GI, 0, "missing"), Code::NotFound),
+    ];
+    for (req, want) in cases {
+        assert_eq!(code(t.create_volume(&cfg, req.clone())), want, "{req:?}");
+    }
+    let restored = t
+        .create_volume(&cfg, restore("r4", 0, 0, &snap.snapshot_id))
+        .unwrap()
+        .volume
+        .unwrap();
+    assert_eq!(
+        restored.capacity_bytes,
+        2 * GI,
+        "no size asked: the source's"
+    );
+    assert_eq!(
+        restored.content_source,
+        Some(snapshot_source(&snap.snapshot_id))
+    );
+    // Without CREATE_DELETE_SNAPSHOT the source kind is not supported.
+    let no_caps = MockDriverConfig::default();
+    assert_eq!(
+        code(t.create_volume(&no_caps, restore("r5", 2 * GI, 0, &snap.snapshot_id))),
+        Code::InvalidArgument
+    );
+}
+
+#[test]
+fn cloning_needs_an_existing_source_volume_no_smaller_than_the_clone() {
+    let cfg = with_sources();
     let mut t = VolumeTable::default();
     let src = created(&mut t, &cfg, "src", GI);
     let clone_of = |id: &str| csi::VolumeContentSource {
@@ -245,8 +361,17 @@ fn cloning_needs_an_existing_source_volume() {
     req.volume_content_source = Some(clone_of("missing"));
     assert_eq!(code(t.create_volume(&cfg, req.clone())), Code::NotFound);
     req.volume_content_source = Some(clone_of(&src.volume_id));
-    let vol = t.create_volume(&cfg, req).unwrap().volume.unwrap();
+    let vol = t.create_volume(&cfg, req.clone()).unwrap().volume.unwrap();
     assert_eq!(vol.content_source, Some(clone_of(&src.volume_id)));
+    let mut small = create("small-clone", GI / 2, 0);
+    small.volume_content_source = Some(clone_of(&src.volume_id));
+    assert_eq!(code(t.create_volume(&cfg, small)), Code::OutOfRange);
+    let mut unsupported = create("clone-2", GI, 0);
+    unsupported.volume_content_source = Some(clone_of(&src.volume_id));
+    assert_eq!(
+        code(t.create_volume(&MockDriverConfig::default(), unsupported)),
+        Code::InvalidArgument
+    );
 }
 
 #[test]

@@ -22,6 +22,7 @@ mod liveness;
 mod modification;
 mod provisioning;
 mod registration;
+mod sources;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -83,6 +84,10 @@ pub fn all() -> Vec<Flow> {
         }),
         flow("dynamic provisioning", |sb| {
             Box::pin(provisioning::provisioned(sb))
+        }),
+        flow("clone from a claim", |sb| Box::pin(sources::cloned(sb))),
+        flow("restore from a VolumeSnapshot", |sb| {
+            Box::pin(sources::restored(sb))
         }),
         flow("attach and detach", |sb| {
             Box::pin(attachment::attached_and_detached(sb))
