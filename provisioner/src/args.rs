@@ -2,7 +2,7 @@
 //! provisioner.md §1) and their validation into a [`Config`].
 //!
 //! Every upstream flag parses. Flags of features this provisioner does not implement yet
-//! (capacity tracking, node deployment, clone/snapshot tuning, VolumeAttributesClass,
+//! (node deployment, clone/snapshot tuning, VolumeAttributesClass,
 //! cross-namespace data sources) are accepted at their defaults; a value that would turn such a
 //! feature on is refused at start with [`ConfigError::Unsupported`] (exit 2), so a manifest
 //! never runs with a feature silently missing.
@@ -241,6 +241,9 @@ pub enum ConfigError {
     /// `--volume-name-prefix` is empty: every volume name would be invalid.
     #[error("--volume-name-prefix must not be empty")]
     EmptyPrefix,
+    /// A capacity flag that cannot run, with `--enable-capacity` (exit 2).
+    #[error(transparent)]
+    Capacity(#[from] crate::capacity::SettingsError),
     /// `--retry-interval-start` is zero or above `--retry-interval-max`.
     #[error(
         "--retry-interval-start ({start:?}) must be positive and not above --retry-interval-max ({max:?})"
@@ -258,7 +261,7 @@ impl ConfigError {
     /// feature (like a usage error), 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Unsupported { .. } => 2,
+            Self::Unsupported { .. } | Self::Capacity(_) => 2,
             Self::Common(err) => err.exit_code(),
             Self::NoWorkers
             | Self::UuidLength(_)
@@ -292,6 +295,8 @@ pub struct Config {
     pub log_grpc_calls: bool,
     /// Warnings to log once logging is up (accepted flags without effect).
     pub warnings: Vec<String>,
+    /// Storage capacity tracking, with `--enable-capacity` (`main` adds the environment).
+    pub capacity: Option<crate::capacity::CapacitySettings>,
 }
 
 /// Flags that shape requests and PVs.
@@ -357,6 +362,8 @@ impl TryFrom<Args> for Config {
             });
         }
 
+        let capacity = crate::capacity::CapacitySettings::from_args(&args)?;
+
         let mut warnings = Vec::new();
         if args.enable_pprof {
             warnings.push(
@@ -394,6 +401,7 @@ impl TryFrom<Args> for Config {
             worker_threads: args.worker_threads as usize,
             log_grpc_calls: common.log_grpc_calls,
             warnings,
+            capacity,
         })
     }
 }
@@ -403,9 +411,6 @@ impl TryFrom<Args> for Config {
 /// ignores them then too.
 fn refuse_unsupported(args: &Args) -> Result<(), ConfigError> {
     let unsupported = |flag: String, feature| Err(ConfigError::Unsupported { flag, feature });
-    if args.enable_capacity {
-        return unsupported("--enable-capacity=true".into(), "storage capacity tracking");
-    }
     if args.node_deployment {
         return unsupported(
             "--node-deployment=true".into(),

@@ -10,6 +10,7 @@
 
 mod annotations;
 pub mod args;
+pub mod capacity;
 mod controller;
 mod csi;
 mod decide;
@@ -57,6 +58,9 @@ pub enum RunError {
     /// The controllers stopped with an error.
     #[error("controllers failed")]
     Controller(#[source] controller::Error),
+    /// Capacity tracking could not start (v1 probe, owner lookup; upstream `klog.Fatal`).
+    #[error(transparent)]
+    Capacity(#[from] capacity::StartError),
 }
 
 impl RunError {
@@ -73,7 +77,7 @@ impl RunError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Sidecar(err) => err.exit_code(KLOG_FATAL_EXIT_CODE),
-            Self::Controller(_) => KLOG_FATAL_EXIT_CODE,
+            Self::Controller(_) | Self::Capacity(_) => KLOG_FATAL_EXIT_CODE,
             Self::NotAProvisioner { .. } | Self::Metrics(_) => 1,
         }
     }
@@ -122,13 +126,62 @@ pub async fn run(
         metrics: controller_metrics,
         workqueue_metrics: sidecar.workqueue_metrics.clone(),
     };
+    let capacity = match &config.capacity {
+        Some(settings) => Some(capacity_deps(&sidecar, &config, settings.clone()).await?),
+        None => None,
+    };
     sidecar
         .run(|stop| async move {
-            controller::run(deps, stop)
-                .await
-                .map_err(RunError::Controller)
+            let Some(capacity) = capacity else {
+                return controller::run(deps, stop)
+                    .await
+                    .map_err(RunError::Controller);
+            };
+            let stop = futures::FutureExt::shared(stop);
+            let (provisioning, tracking) = tokio::join!(
+                controller::run(deps, stop.clone()),
+                capacity::controller::run(capacity, stop)
+            );
+            provisioning.and(tracking).map_err(RunError::Controller)
         })
         .await
+}
+
+/// Capacity tracking's start-up, before leader election as upstream: its own rate-limited
+/// client, the storage.k8s.io/v1 probe, the owner of the objects, the gauges.
+async fn capacity_deps(
+    sidecar: &Sidecar,
+    config: &Config,
+    settings: capacity::CapacitySettings,
+) -> Result<capacity::controller::Deps<capacity::csi::TonicCapacity>, RunError> {
+    let capacity_client = sidecar
+        .client_with_limits(settings.qps, settings.burst)
+        .await?;
+    capacity::owner::probe_v1(&capacity_client, &settings.namespace).await?;
+    let owner = capacity::owner::resolve(
+        &capacity_client,
+        &settings.namespace,
+        &settings.pod_name,
+        settings.ownerref_level,
+    )
+    .await?;
+    tracing::info!(owner = ?owner.as_ref().map(|o| format!("{}/{}", o.kind, o.name)), "storage capacity tracking enabled");
+    let metrics = capacity::metrics::CapacityMetrics::register(sidecar.metrics.registry())
+        .map_err(|err| RunError::Metrics(Box::new(err)))?;
+    Ok(capacity::controller::Deps {
+        client: sidecar.client.clone(),
+        capacity_client,
+        driver: capacity::csi::TonicCapacity::new(sidecar.connection.clone(), config.timeout),
+        template: capacity::decide::Template {
+            namespace: settings.namespace.clone(),
+            driver: sidecar.driver.name.clone(),
+            owner,
+        },
+        settings,
+        retry: config.retry,
+        metrics,
+        workqueue_metrics: sidecar.workqueue_metrics.clone(),
+    })
 }
 
 /// csi-provisioner's start-up: the Lease is named after the driver alone, and `/metrics` has

@@ -27,6 +27,14 @@ fn main() -> ExitCode {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
+    let mut config = config;
+    if let Some(capacity) = &mut config.capacity
+        && let Err(err) = capacity.read_environment(&|key| std::env::var(key).ok())
+    {
+        // A manifest without the downward-API variables: a usage error, like a bad flag.
+        tracing::error!("{err}");
+        return ExitCode::from(2);
+    }
     let environment = environment(
         config
             .leader_election

@@ -142,8 +142,7 @@ fn malformed_values_and_removed_flags_are_usage_errors() {
 #[test]
 fn enabling_an_unsupported_feature_fails_with_exit_code_2() {
     for (argv, needle) in [
-        (&["--enable-capacity"][..], "--enable-capacity=true"),
-        (&["--node-deployment=true"], "--node-deployment=true"),
+        (&["--node-deployment=true"][..], "--node-deployment=true"),
         (
             &["--cloning-protection-threads=4"],
             "--cloning-protection-threads=4",
@@ -175,6 +174,15 @@ fn enabling_an_unsupported_feature_fails_with_exit_code_2() {
         assert!(text.contains(needle), "{argv:?}: {text}");
         assert!(text.contains("not supported yet"), "{text}");
     }
+}
+
+#[test]
+fn capacity_tracking_is_enabled_and_its_bad_values_exit_2() {
+    let enabled = config(&["--enable-capacity", "--capacity-threads=3"]).unwrap();
+    assert_eq!(enabled.capacity.map(|c| c.threads), Some(3));
+    assert!(config(&[]).unwrap().capacity.is_none());
+    let err = config(&["--enable-capacity", "--capacity-threads=0"]).unwrap_err();
+    assert_eq!(err.exit_code(), 2, "{err}");
 }
 
 #[test]
