@@ -791,7 +791,6 @@ async fn a_driver_that_cannot_provision_is_refused_at_start() {
 async fn unsupported_features_fail_at_start_with_exit_code_2() {
     let cluster = Cluster::start().await;
     for flag in [
-        "--enable-capacity",
         "--node-deployment=true",
         "--feature-gates=VolumeAttributesClass=true",
     ] {

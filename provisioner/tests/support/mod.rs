@@ -114,6 +114,17 @@ impl Cluster {
 
     /// Starts `csi-provisioner` with the standard flags plus `extra`.
     pub(crate) fn provisioner(&self, name: &str, extra: &[&str]) -> Provisioner {
+        self.provisioner_env(name, extra, &[])
+    }
+
+    /// As [`Cluster::provisioner`], with extra environment variables (`NAMESPACE`,
+    /// `POD_NAME`, ...).
+    pub(crate) fn provisioner_env(
+        &self,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Provisioner {
         let http = free_port();
         let mut args = vec![
             format!("--csi-address={}", self.socket().display()),
@@ -126,12 +137,13 @@ impl Cluster {
             "-v=2".to_owned(),
         ];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        Provisioner::spawn(
-            &self.dir.path().join(format!("{name}.log")),
-            name,
-            &args,
-            http,
-        )
+        let mut command = CommandLine::new(BIN, &args).env("HOSTNAME", name);
+        for (key, value) in env {
+            command = command.env(key, value);
+        }
+        let log = self.dir.path().join(format!("{name}.log"));
+        let process = ChildProcess::start(name, command, &log).unwrap();
+        Provisioner { process, http }
     }
 
     pub(crate) fn claims(&self) -> Api<PersistentVolumeClaim> {
