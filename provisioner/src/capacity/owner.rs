@@ -12,12 +12,13 @@ use kube::{Api, Client};
 /// Why capacity tracking cannot start (upstream: `klog.Fatal`).
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The v1 API is not served (upstream falls back to v1beta1, removed in Kubernetes 1.27;
-    /// this provisioner does not, docs/compatibility.md).
+    /// The probe got 404: v1 is not served (upstream then falls back to v1beta1, removed in
+    /// Kubernetes 1.27; this provisioner does not, docs/compatibility.md) or the namespace
+    /// does not exist.
     #[error(
-        "storage.k8s.io/v1 CSIStorageCapacity is not served by the API server (Kubernetes >= 1.24 is needed for capacity tracking)"
+        "cannot create CSIStorageCapacity objects in namespace {0}: storage.k8s.io/v1 CSIStorageCapacity is not served (Kubernetes >= 1.24 is needed) or the namespace does not exist"
     )]
-    NoV1,
+    NoV1(String),
     /// The probe got an answer other than "invalid" or "not found".
     #[error("unexpected answer while probing for storage.k8s.io/v1 CSIStorageCapacity: {0}")]
     Probe(String),
@@ -68,7 +69,9 @@ pub(crate) async fn probe_v1(client: &Client, namespace: &str) -> Result<(), Sta
     };
     match api.create(&PostParams::default(), &probe).await {
         Err(kube::Error::Api(status)) if status.code == 422 => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Err(StartError::NoV1),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            Err(StartError::NoV1(namespace.to_owned()))
+        }
         Err(err) => Err(StartError::Probe(error_text(&err))),
         Ok(_) => Err(StartError::Probe(format!(
             "an object named {PROBE_NAME:?} was created"

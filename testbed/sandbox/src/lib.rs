@@ -268,8 +268,12 @@ impl Sandbox {
             registration_dir: self.registration_dir(),
         };
         let log = self.work_dir.join(format!("{}.log", spec.binary));
-        let mut child = ChildProcess::spawn(spec.binary, binary, &(spec.args)(&ctx), &log)
-            .map_err(|e| error_chain(&e))?;
+        let command = spec.env.iter().fold(
+            process::CommandLine::new(binary, &(spec.args)(&ctx)),
+            |command, (key, value)| command.env(key, value),
+        );
+        let mut child =
+            ChildProcess::start(spec.binary, command, &log).map_err(|e| error_chain(&e))?;
         let ready = child
             .wait_ready(Duration::from_secs(15), || process::accepts_tcp(http))
             .await;

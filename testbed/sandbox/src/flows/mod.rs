@@ -17,6 +17,7 @@
 
 mod attachment;
 mod binding;
+mod capacity;
 mod expansion;
 mod liveness;
 mod modification;
@@ -83,6 +84,9 @@ pub fn all() -> Vec<Flow> {
         }),
         flow("dynamic provisioning", |sb| {
             Box::pin(provisioning::provisioned(sb))
+        }),
+        flow("storage capacity tracking", |sb| {
+            Box::pin(capacity::tracked(sb))
         }),
         flow("attach and detach", |sb| {
             Box::pin(attachment::attached_and_detached(sb))
