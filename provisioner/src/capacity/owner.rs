@@ -81,8 +81,8 @@ pub(crate) async fn probe_v1(client: &Client, namespace: &str) -> Result<(), Sta
 
 /// The owner of our objects: `None` for level -1, the Pod for 0, else the object reached by
 /// following `controller: true` owner references `level` times from the Pod (generic GETs
-/// through discovery, so ReplicaSet, StatefulSet, DaemonSet, Deployment or a custom
-/// controller all work, as with upstream's unstructured client).
+/// through discovery of the objects in between, so ReplicaSet, StatefulSet, DaemonSet,
+/// Deployment or a custom controller all work, as with upstream's unstructured client).
 pub(crate) async fn resolve(
     client: &Client,
     namespace: &str,
@@ -117,9 +117,12 @@ pub(crate) async fn resolve(
                 missing: level - hop,
             });
         };
-        meta = get(client, namespace, &next).await?;
+        // The last owner is not fetched: its reference already has the uid. So a Deployment
+        // (level 2) needs GET on pods and replicasets only, as upstream's RBAC says.
+        if hop + 1 < level {
+            meta = get(client, namespace, &next).await?;
+        }
         current = OwnerReference {
-            uid: meta.uid.clone().unwrap_or(next.uid),
             controller: Some(true),
             block_owner_deletion: None,
             ..next
