@@ -18,7 +18,10 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::*;
-use testbed_mock_csi::{DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, MockDriverConfig};
+use testbed_mock_csi::{
+    DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, Fault, Method, MockDriverConfig, When,
+};
+use tonic::Code;
 
 /// Generous: the tests run in parallel on small CI machines.
 const SHORT: Duration = Duration::from_secs(30);
@@ -380,8 +383,39 @@ async fn bad_capacity_flags_and_missing_environment_exit_2_before_connecting() {
         );
     }
     assert_eq!(
-        cluster.driver.call_count(testbed_mock_csi::Method::Probe),
+        cluster.driver.call_count(Method::Probe),
         0,
         "refused before connecting"
+    );
+}
+
+#[tokio::test]
+async fn a_refresh_whose_get_capacity_fails_is_retried() {
+    let cluster = Cluster::with_driver(capacity_driver()).await;
+    cluster
+        .create_class(kind_class("fast", "WaitForFirstConsumer"))
+        .await;
+    let _provisioner = start(&cluster, &["--capacity-ownerref-level=-1"]);
+    one_object(&cluster, "fast", DEFAULT_NODE_ID, "10Gi").await;
+    // The refresh after the next provisioning fails once; the poll is 1h away, so only the
+    // retry can bring the new value.
+    cluster
+        .driver
+        .inject(Fault::error(Method::GetCapacity, Code::Unavailable, "busy").on(When::Nth(1)));
+    let mut claim = claim("data", "fast", "2Gi");
+    claim.metadata.annotations = Some(BTreeMap::from([(
+        "volume.kubernetes.io/selected-node".into(),
+        DEFAULT_NODE_ID.into(),
+    )]));
+    cluster
+        .claims()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    cluster.bound("data", SHORT).await;
+    one_object(&cluster, "fast", DEFAULT_NODE_ID, "8Gi").await;
+    assert!(
+        cluster.driver.calls_of(Method::GetCapacity).len() >= 3,
+        "first poll, the failed refresh, its retry"
     );
 }

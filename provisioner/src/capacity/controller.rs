@@ -253,6 +253,10 @@ async fn sync_key<D: CapacityDriver>(ctx: &Ctx<D>, key: &CapacityKey) -> Outcome
         poll
     };
     if poll && let Err(outcome) = poll_key(ctx, key, now).await {
+        // The retry must poll again even when the key's regular poll is not due yet.
+        if let Some(k) = lock(&ctx.state).keys.get_mut(key) {
+            k.refresh = true;
+        }
         return outcome;
     }
     let Some((value, existing)) = current(ctx, key) else {
