@@ -1,7 +1,8 @@
 //! csi-provisioner: watches PersistentVolumeClaims whose StorageClass names this CSI driver,
 //! calls CreateVolume and writes the PersistentVolume; when a Released PV with reclaim policy
-//! Delete is ours, calls DeleteVolume and removes the PV. A drop-in replacement for
-//! kubernetes-csi/external-provisioner (spec provisioner.md §1-5, §7-9).
+//! Delete is ours, calls DeleteVolume and removes the PV; with `--enable-capacity` publishes
+//! GetCapacity as CSIStorageCapacity objects ([`capacity`]). A drop-in replacement for
+//! kubernetes-csi/external-provisioner (spec provisioner.md §1-5, §6.1, §7-9).
 //!
 //! [`run`] is the whole process after flag parsing, on [`csi_common::sidecar`]: connect to the
 //! driver and wait until it is ready, learn its name and capabilities, refuse a driver that

@@ -1,4 +1,4 @@
-//! The executor of capacity tracking: informer caches, two queues named as upstream's, and
+//! The executor of capacity tracking: two queues named as upstream's, and
 //! the sync functions that carry out [`super::decide`]'s decisions.
 //!
 //! * `csitopology` (one worker, one key): recompute the wanted (segment, class) keys from the
@@ -20,30 +20,22 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use csi_common::controller::{Outcome, Workers};
-use csi_common::informer::{
-    Change, InformerTask, filtered_informer, informer, trim_managed_fields,
-};
 use csi_common::kube_client::error_text;
 use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
-use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, Node, PersistentVolume, PersistentVolumeSpec,
-};
-use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{DeleteParams, PostParams};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 use proto::csi::v1::{GetCapacityRequest, Topology};
 use tokio::time::Instant;
 
+use super::caches::{Caches, Handlers, start_caches};
 use super::csi::CapacityDriver;
 use super::decide::{self, Capacity, CapacityKey, Step, Template};
 use super::metrics::CapacityMetrics;
 use super::settings::CapacitySettings;
 use crate::args::RetrySettings;
-use crate::controller::stores::{trim_class, trim_csinode, trim_node};
 
 pub(crate) use csi_common::controller::Error;
 
@@ -70,7 +62,7 @@ pub(crate) struct Deps<D> {
 
 /// Per-key bookkeeping.
 #[derive(Debug, Default)]
-struct KeyState {
+pub(super) struct KeyState {
     /// The last checked GetCapacity answer.
     value: Option<Capacity>,
     /// Current poll interval (before jitter).
@@ -78,25 +70,25 @@ struct KeyState {
     /// When the next poll is due.
     due: Option<Instant>,
     /// A volume changed in this key's segment: poll at the next sync.
-    refresh: bool,
+    pub(super) refresh: bool,
     /// The object we last wrote: the cache may not have it yet, and a second sync in between
     /// must neither create a duplicate nor update from a stale copy.
-    written: Option<CSIStorageCapacity>,
+    pub(super) written: Option<CSIStorageCapacity>,
 }
 
 /// What the workers and the informer handlers share.
 #[derive(Debug, Default)]
-struct State {
-    desired: BTreeSet<CapacityKey>,
-    keys: HashMap<CapacityKey, KeyState>,
+pub(super) struct State {
+    pub(super) desired: BTreeSet<CapacityKey>,
+    pub(super) keys: HashMap<CapacityKey, KeyState>,
     /// Cached object names per key (kept by the CSIStorageCapacity handler): a sync looks up
     /// its object without scanning the cache.
-    objects: HashMap<CapacityKey, BTreeSet<String>>,
+    pub(super) objects: HashMap<CapacityKey, BTreeSet<String>>,
 }
 
-type SharedState = Arc<Mutex<State>>;
+pub(super) type SharedState = Arc<Mutex<State>>;
 
-fn lock(state: &SharedState) -> MutexGuard<'_, State> {
+pub(super) fn lock(state: &SharedState) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -110,26 +102,6 @@ struct Ctx<D> {
     state: SharedState,
     topology: Arc<WorkQueue<()>>,
     capacities: Arc<WorkQueue<CapacityKey>>,
-}
-
-#[derive(Clone)]
-struct Caches {
-    classes: Store<StorageClass>,
-    nodes: Store<Node>,
-    csinodes: Store<CSINode>,
-    capacities: Store<CSIStorageCapacity>,
-    volumes: Store<PersistentVolume>,
-}
-
-impl Caches {
-    async fn ready(&self) {
-        // A writer is only dropped when its informer task is aborted, i.e. at shutdown.
-        let _ = self.classes.wait_until_ready().await;
-        let _ = self.nodes.wait_until_ready().await;
-        let _ = self.csinodes.wait_until_ready().await;
-        let _ = self.capacities.wait_until_ready().await;
-        let _ = self.volumes.wait_until_ready().await;
-    }
 }
 
 /// Runs capacity tracking until `stop` resolves, then lets in-flight work finish.
@@ -382,152 +354,4 @@ async fn poll_key<D: CapacityDriver>(
         k.value = Some(value);
     }
     Ok(())
-}
-
-/// Informer events → queue adds (client-go's `ResourceEventHandler`s).
-struct Handlers {
-    driver: String,
-    topology: Arc<WorkQueue<()>>,
-    capacities: Arc<WorkQueue<CapacityKey>>,
-    state: SharedState,
-    /// Set once the caches are synced: PV events of the initial list are not provisioning.
-    ready: Arc<AtomicBool>,
-}
-
-impl Handlers {
-    fn capacity_changed(&self, change: &Change<'_, CSIStorageCapacity>) {
-        let mut state = lock(&self.state);
-        let (old, new, gone) = match change {
-            Change::Applied { old, new } => (old.as_deref(), Some(*new), None),
-            Change::Deleted(gone) => (None, None, Some(*gone)),
-        };
-        for object in old.into_iter().chain(gone) {
-            if let (Some(key), Some(name)) = (decide::key_of(object), &object.metadata.name) {
-                if let Some(names) = state.objects.get_mut(&key) {
-                    names.remove(name);
-                }
-                if gone.is_some()
-                    && let Some(k) = state.keys.get_mut(&key)
-                    && k.written.as_ref().and_then(|w| w.metadata.name.as_ref()) == Some(name)
-                {
-                    // Deleted by someone else: re-create, do not update the deleted copy.
-                    k.written = None;
-                }
-                self.capacities.add(key);
-            }
-        }
-        if let Some(object) = new
-            && let (Some(key), Some(name)) = (decide::key_of(object), &object.metadata.name)
-        {
-            state
-                .objects
-                .entry(key.clone())
-                .or_default()
-                .insert(name.clone());
-            self.capacities.add(key);
-        }
-        drop(state);
-        self.topology.add(());
-    }
-
-    fn volume_changed(&self, volume: &PersistentVolume) {
-        if !self.ready.load(Ordering::Acquire) {
-            return;
-        }
-        let mut state = lock(&self.state);
-        let keys = decide::keys_for_volume(volume, &self.driver, &state.desired);
-        for key in keys {
-            if let Some(k) = state.keys.get_mut(&key) {
-                k.refresh = true;
-            }
-            self.capacities.add(key);
-        }
-    }
-}
-
-/// Starts the five caches; their events go to `handlers`.
-fn start_caches<D>(deps: &Deps<D>, handlers: &Arc<Handlers>) -> (Caches, Vec<InformerTask>) {
-    let mut tasks = Vec::new();
-    let topology_changed = {
-        let handlers = Arc::clone(handlers);
-        move || handlers.topology.add(())
-    };
-    let (classes, task) = informer(Api::all(deps.client.clone()), trim_class, {
-        let changed = topology_changed.clone();
-        move |_: Change<'_, StorageClass>| changed()
-    });
-    tasks.push(task);
-    let (nodes, task) = informer(Api::all(deps.client.clone()), trim_node, {
-        let changed = topology_changed.clone();
-        move |change: Change<'_, Node>| {
-            // Only labels are kept, so any real change is a label change; a resync is not.
-            if let Change::Applied {
-                old: Some(old),
-                new,
-            } = &change
-                && old.metadata.labels == new.metadata.labels
-            {
-                return;
-            }
-            changed();
-        }
-    });
-    tasks.push(task);
-    let (csinodes, task) = informer(Api::all(deps.client.clone()), trim_csinode, {
-        move |_: Change<'_, CSINode>| topology_changed()
-    });
-    tasks.push(task);
-    let selector = watcher::Config::default().labels(&deps.template.label_selector());
-    let (capacities, task) = filtered_informer(
-        Api::namespaced(deps.capacity_client.clone(), &deps.template.namespace),
-        selector,
-        trim_capacity,
-        {
-            let handlers = Arc::clone(handlers);
-            move |change: Change<'_, CSIStorageCapacity>| handlers.capacity_changed(&change)
-        },
-    );
-    tasks.push(task);
-    let (volumes, task) = informer(Api::all(deps.client.clone()), trim_volume, {
-        let handlers = Arc::clone(handlers);
-        move |change: Change<'_, PersistentVolume>| match change {
-            Change::Applied { old: None, new } => handlers.volume_changed(new),
-            Change::Deleted(gone) => handlers.volume_changed(gone),
-            Change::Applied { .. } => {}
-        }
-    });
-    tasks.push(task);
-    let caches = Caches {
-        classes,
-        nodes,
-        csinodes,
-        capacities,
-        volumes,
-    };
-    (caches, tasks)
-}
-
-fn trim_capacity(capacity: &mut CSIStorageCapacity) {
-    trim_managed_fields(&mut capacity.metadata);
-}
-
-/// What [`decide::keys_for_volume`] reads: driver, class, node affinity.
-fn trim_volume(volume: &mut PersistentVolume) {
-    let meta = std::mem::take(&mut volume.metadata);
-    volume.metadata = ObjectMeta {
-        name: meta.name,
-        resource_version: meta.resource_version,
-        ..ObjectMeta::default()
-    };
-    let spec = volume.spec.take().unwrap_or_default();
-    volume.spec = Some(PersistentVolumeSpec {
-        storage_class_name: spec.storage_class_name,
-        node_affinity: spec.node_affinity,
-        csi: spec.csi.map(|csi| CSIPersistentVolumeSource {
-            driver: csi.driver,
-            ..CSIPersistentVolumeSource::default()
-        }),
-        ..PersistentVolumeSpec::default()
-    });
-    volume.status = None;
 }

@@ -11,8 +11,8 @@
 //!   obsolete, when to poll a key next.
 //! * [`owner`]: start-up, against the API: the storage.k8s.io/v1 probe and the owner
 //!   reference walk (Pod → ReplicaSet → Deployment, ...).
-//! * [`controller`]: the executor: informer caches, the `csitopology` and
-//!   `csistoragecapacity` queues, GetCapacity calls and object writes.
+//! * [`controller`]: the executor: the `csitopology` and `csistoragecapacity` queues,
+//!   GetCapacity calls and object writes; `caches`: its informers and event handlers.
 //! * [`metrics`]: the three `csistoragecapacities_*` gauges.
 //!
 //! Beyond upstream, a key whose capacity did not change is polled less and less often
@@ -20,6 +20,7 @@
 //! while provisioning or deleting a volume in its segment polls it at once; objects are
 //! written only when a value differs from the cached object (provisioner/README.md).
 
+mod caches;
 pub(crate) mod controller;
 pub(crate) mod csi;
 pub(crate) mod decide;
