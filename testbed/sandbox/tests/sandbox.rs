@@ -24,6 +24,7 @@ const FLOWS: &[&str] = &[
     "manual static binding",
     "node-driver-registrar registration with kubelet",
     "dynamic provisioning",
+    "storage capacity tracking",
     "attach and detach",
     "volume expansion",
     "volume modification",
