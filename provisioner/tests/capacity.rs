@@ -103,6 +103,20 @@ async fn create_pod(cluster: &Cluster, owner: Option<serde_json::Value>) -> Pod 
         .unwrap()
 }
 
+/// A claim of class "fast" that the scheduler has placed on the node (late binding).
+async fn create_scheduled_claim(cluster: &Cluster, name: &str, size: &str) {
+    let mut claim = claim(name, "fast", size);
+    claim.metadata.annotations = Some(BTreeMap::from([(
+        "volume.kubernetes.io/selected-node".into(),
+        DEFAULT_NODE_ID.into(),
+    )]));
+    cluster
+        .claims()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+}
+
 fn start(cluster: &Cluster, extra: &[&str]) -> Provisioner {
     let mut flags = vec!["--enable-capacity", NO_POLL];
     flags.extend_from_slice(extra);
@@ -178,16 +192,7 @@ async fn objects_appear_for_late_binding_classes_and_follow_provisioning_and_del
     assert!(body.contains(r#"workqueue_adds_total{name="csitopology"}"#));
 
     // A 3Gi volume of the class: its PV refreshes the segment at once (the poll is 1h away).
-    let mut claim = claim("data", "fast", "3Gi");
-    claim.metadata.annotations = Some(BTreeMap::from([(
-        "volume.kubernetes.io/selected-node".into(),
-        DEFAULT_NODE_ID.into(),
-    )]));
-    cluster
-        .claims()
-        .create(&PostParams::default(), &claim)
-        .await
-        .unwrap();
+    create_scheduled_claim(&cluster, "data", "3Gi").await;
     let (_, volume) = cluster.bound("data", SHORT).await;
     let updated = one_object(&cluster, "fast", DEFAULT_NODE_ID, "7Gi").await;
     assert_eq!(
@@ -402,16 +407,7 @@ async fn a_refresh_whose_get_capacity_fails_is_retried() {
     cluster
         .driver
         .inject(Fault::error(Method::GetCapacity, Code::Unavailable, "busy").on(When::Nth(1)));
-    let mut claim = claim("data", "fast", "2Gi");
-    claim.metadata.annotations = Some(BTreeMap::from([(
-        "volume.kubernetes.io/selected-node".into(),
-        DEFAULT_NODE_ID.into(),
-    )]));
-    cluster
-        .claims()
-        .create(&PostParams::default(), &claim)
-        .await
-        .unwrap();
+    create_scheduled_claim(&cluster, "data", "2Gi").await;
     cluster.bound("data", SHORT).await;
     one_object(&cluster, "fast", DEFAULT_NODE_ID, "8Gi").await;
     assert!(
