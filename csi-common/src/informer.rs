@@ -74,11 +74,24 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     F: FnMut(Change<'_, K>) + Send + 'static,
 {
+    filtered_informer(api, watcher::Config::default(), trim, on_change)
+}
+
+/// As [`informer`], listing and watching only what `config` selects (client-go's
+/// `WithTweakListOptions`, e.g. a label selector).
+pub fn filtered_informer<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    on_change: F,
+) -> (Store<K>, InformerTask)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    F: FnMut(Change<'_, K>) + Send + 'static,
+{
     let (reader, writer) = reflector::store();
     let kind = K::kind(&()).into_owned();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(trim);
+    let stream = watcher(api, config).default_backoff().modify(trim);
     let mut cache = Cache::new(reader.clone(), writer, on_change);
     let task = async move {
         let mut stream = std::pin::pin!(stream);

@@ -1,10 +1,8 @@
 //! Command-line flags of csi-provisioner (names, types and defaults as upstream v6.3, spec
 //! provisioner.md §1) and their validation into a [`Config`].
 //!
-//! Every upstream flag parses. Flags of features this provisioner does not implement yet
-//! (capacity tracking) are accepted at their defaults; a value that would turn such a
-//! feature on is refused at start with [`ConfigError::Unsupported`] (exit 2), so a manifest
-//! never runs with a feature silently missing.
+//! Every upstream flag parses and every feature a flag turns on is implemented (the in-tree
+//! translation of spec §6.5 has no flag of its own).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -217,14 +215,6 @@ impl Args {
 /// A flag combination that parses but cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// A flag turns on a feature this provisioner does not implement yet (exit 2).
-    #[error("{flag}: {feature} is not supported yet by this csi-provisioner")]
-    Unsupported {
-        /// The flag as the user would write it, e.g. `--enable-capacity=true`.
-        flag: String,
-        /// The feature it would enable.
-        feature: &'static str,
-    },
     /// A shared flag: `--http-endpoint` together with `--metrics-address`, a bad logging
     /// setting, a `--csi-address` that is not a unix socket path, a negative
     /// `--kube-api-burst` (exit 1).
@@ -247,6 +237,9 @@ pub enum ConfigError {
         "--node-deployment needs the NODE_NAME environment variable (the Kubernetes node this instance runs on, e.g. from the downward API spec.nodeName)"
     )]
     NodeNameMissing,
+    /// A capacity flag that cannot run, with `--enable-capacity` (exit 2).
+    #[error(transparent)]
+    Capacity(#[from] crate::capacity::SettingsError),
     /// `--retry-interval-start` is zero or above `--retry-interval-max`.
     #[error(
         "--retry-interval-start ({start:?}) must be positive and not above --retry-interval-max ({max:?})"
@@ -260,11 +253,11 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// The process exit code upstream uses for this kind of problem: 2 for an unsupported
-    /// feature (like a usage error), 1 otherwise.
+    /// The process exit code for this kind of problem: 2 for a missing environment variable or
+    /// a capacity flag that cannot run (like a usage error), 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Unsupported { .. } | Self::NodeNameMissing => 2,
+            Self::NodeNameMissing | Self::Capacity(_) => 2,
             Self::Common(err) => err.exit_code(),
             Self::NoWorkers
             | Self::UuidLength(_)
@@ -300,6 +293,8 @@ pub struct Config {
     pub node_deployment: Option<NodeDeploymentSettings>,
     /// Warnings to log once logging is up (accepted flags without effect).
     pub warnings: Vec<String>,
+    /// Storage capacity tracking, with `--enable-capacity` (`main` adds the environment).
+    pub capacity: Option<crate::capacity::CapacitySettings>,
     /// Clones, snapshot restores and cross-namespace sources.
     pub data_sources: DataSourceSettings,
 }
@@ -390,7 +385,6 @@ impl TryFrom<Args> for Config {
     type Error = ConfigError;
 
     fn try_from(args: Args) -> Result<Self, Self::Error> {
-        refuse_unsupported(&args)?;
         let common = CommonSettings::from_args(&args.common, Some(&args.master))?;
         let gates = args.gates();
         if args.worker_threads == 0 {
@@ -410,6 +404,8 @@ impl TryFrom<Args> for Config {
                 max: args.retry_interval_max,
             });
         }
+
+        let capacity = crate::capacity::CapacitySettings::from_args(&args)?;
 
         let mut warnings = Vec::new();
         if args.enable_pprof {
@@ -460,19 +456,9 @@ impl TryFrom<Args> for Config {
                 prevent_volume_mode_conversion: args.prevent_volume_mode_conversion,
                 cross_namespace: gates.cross_namespace_volume_data_source,
             },
+            capacity,
         })
     }
-}
-
-/// Refuses flags that would enable a feature outside this provisioner's scope. Tuning flags of
-/// those features are accepted at any value while the feature itself stays off, as upstream
-/// ignores them then too.
-fn refuse_unsupported(args: &Args) -> Result<(), ConfigError> {
-    let unsupported = |flag: String, feature| Err(ConfigError::Unsupported { flag, feature });
-    if args.enable_capacity {
-        return unsupported("--enable-capacity=true".into(), "storage capacity tracking");
-    }
-    Ok(())
 }
 
 #[cfg(test)]

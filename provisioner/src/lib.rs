@@ -1,7 +1,8 @@
 //! csi-provisioner: watches PersistentVolumeClaims whose StorageClass names this CSI driver,
 //! calls CreateVolume and writes the PersistentVolume; when a Released PV with reclaim policy
-//! Delete is ours, calls DeleteVolume and removes the PV. A drop-in replacement for
-//! kubernetes-csi/external-provisioner (spec provisioner.md §1-5, §6.2, §6.6, §7-9).
+//! Delete is ours, calls DeleteVolume and removes the PV; with `--enable-capacity` publishes
+//! GetCapacity as CSIStorageCapacity objects ([`capacity`]). A drop-in replacement for
+//! kubernetes-csi/external-provisioner (spec provisioner.md §1-5, §6.1-6.4, §6.6, §7-9).
 //!
 //! [`run`] is the whole process after flag parsing, on [`csi_common::sidecar`]: connect to the
 //! driver and wait until it is ready, learn its name and capabilities, refuse a driver that
@@ -12,6 +13,7 @@
 
 mod annotations;
 pub mod args;
+pub mod capacity;
 mod controller;
 mod csi;
 mod decide;
@@ -66,6 +68,9 @@ pub enum RunError {
     /// `--node-deployment`: `NodeGetInfo` failed (upstream: klog.Fatal, exit 255).
     #[error("failed to get node info from CSI driver")]
     NodeInfo(#[source] csi_common::status::CsiError),
+    /// Capacity tracking could not start (v1 probe, owner lookup; upstream `klog.Fatal`).
+    #[error(transparent)]
+    Capacity(#[from] capacity::StartError),
 }
 
 impl RunError {
@@ -82,7 +87,7 @@ impl RunError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Sidecar(err) => err.exit_code(KLOG_FATAL_EXIT_CODE),
-            Self::Controller(_) | Self::NodeInfo(_) => KLOG_FATAL_EXIT_CODE,
+            Self::Controller(_) | Self::NodeInfo(_) | Self::Capacity(_) => KLOG_FATAL_EXIT_CODE,
             Self::NotAProvisioner { .. } | Self::Metrics(_) => 1,
         }
     }
@@ -164,13 +169,62 @@ pub async fn run(
         workqueue_metrics: sidecar.workqueue_metrics.clone(),
         node,
     };
+    let capacity = match &config.capacity {
+        Some(settings) => Some(capacity_deps(&sidecar, &config, settings.clone()).await?),
+        None => None,
+    };
     sidecar
         .run(|stop| async move {
-            controller::run(deps, stop)
-                .await
-                .map_err(RunError::Controller)
+            let Some(capacity) = capacity else {
+                return controller::run(deps, stop)
+                    .await
+                    .map_err(RunError::Controller);
+            };
+            let stop = futures::FutureExt::shared(stop);
+            let (provisioning, tracking) = tokio::join!(
+                controller::run(deps, stop.clone()),
+                capacity::controller::run(capacity, stop)
+            );
+            provisioning.and(tracking).map_err(RunError::Controller)
         })
         .await
+}
+
+/// Capacity tracking's start-up, before leader election as upstream: its own rate-limited
+/// client, the storage.k8s.io/v1 probe, the owner of the objects, the gauges.
+async fn capacity_deps(
+    sidecar: &Sidecar,
+    config: &Config,
+    settings: capacity::CapacitySettings,
+) -> Result<capacity::controller::Deps<capacity::csi::TonicCapacity>, RunError> {
+    let capacity_client = sidecar
+        .client_with_limits(settings.qps, settings.burst)
+        .await?;
+    capacity::owner::probe_v1(&capacity_client, &settings.namespace).await?;
+    let owner = capacity::owner::resolve(
+        &capacity_client,
+        &settings.namespace,
+        &settings.pod_name,
+        settings.ownerref_level,
+    )
+    .await?;
+    tracing::info!(owner = ?owner.as_ref().map(|o| format!("{}/{}", o.kind, o.name)), "storage capacity tracking enabled");
+    let metrics = capacity::metrics::CapacityMetrics::register(sidecar.metrics.registry())
+        .map_err(|err| RunError::Metrics(Box::new(err)))?;
+    Ok(capacity::controller::Deps {
+        client: sidecar.client.clone(),
+        capacity_client,
+        driver: capacity::csi::TonicCapacity::new(sidecar.connection.clone(), config.timeout),
+        template: capacity::decide::Template {
+            namespace: settings.namespace.clone(),
+            driver: sidecar.driver.name.clone(),
+            owner,
+        },
+        settings,
+        retry: config.retry,
+        metrics,
+        workqueue_metrics: sidecar.workqueue_metrics.clone(),
+    })
 }
 
 /// csi-provisioner's start-up: the Lease is named after the driver alone, and `/metrics` has

@@ -31,6 +31,13 @@ fn main() -> ExitCode {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
+    if let Some(capacity) = &mut config.capacity
+        && let Err(err) = capacity.read_environment(&|key| std::env::var(key).ok())
+    {
+        // A manifest without the downward-API variables: a usage error, like a bad flag.
+        tracing::error!("{err}");
+        return ExitCode::from(2);
+    }
     let environment = environment(
         config
             .leader_election
@@ -42,7 +49,8 @@ fn main() -> ExitCode {
         automaxprocs,
         "shutting down",
         |shutdown| async move {
-            let result = provisioner::run(config, environment, shutdown).await;
+            // Boxed: the controllers' state machines make a large future (clippy::large_futures).
+            let result = Box::pin(provisioner::run(config, environment, shutdown)).await;
             csi_common::sidecar::finish(
                 "csi-provisioner",
                 result,

@@ -788,29 +788,6 @@ async fn a_driver_that_cannot_provision_is_refused_at_start() {
 }
 
 #[tokio::test]
-async fn unsupported_features_fail_at_start_with_exit_code_2() {
-    let cluster = Cluster::start().await;
-    for flag in ["--enable-capacity"] {
-        let mut provisioner = cluster.provisioner("csi-provisioner-0", &[flag]);
-        assert_eq!(
-            provisioner.exit_code(Duration::from_secs(10)).await,
-            Some(2),
-            "{flag}"
-        );
-        assert!(
-            provisioner.log().contains("not supported yet"),
-            "{flag}: {}",
-            provisioner.log()
-        );
-    }
-    assert_eq!(
-        cluster.driver.call_count(Method::Probe),
-        0,
-        "refused before connecting"
-    );
-}
-
-#[tokio::test]
 async fn a_lost_driver_connection_exits_1() {
     let cluster = Cluster::start().await;
     let mut provisioner = cluster.provisioner("csi-provisioner-0", &[]);

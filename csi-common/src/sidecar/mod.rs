@@ -379,6 +379,20 @@ impl Sidecar {
         &self.environment
     }
 
+    /// Another client like [`Sidecar::client`] (same kubeconfig, `--master` and User-Agent)
+    /// with its own token bucket of `qps` and `burst`: csi-provisioner's capacity client
+    /// (`--kube-api-capacity-qps` / `--kube-api-capacity-burst`). The main and the
+    /// leader-election clients keep their own limits.
+    ///
+    /// # Errors
+    /// [`Error::KubeClient`] or [`Error::Master`], as for the main client.
+    pub async fn client_with_limits(&self, qps: f32, burst: u32) -> Result<kube::Client> {
+        let mut config = self.config.clone();
+        config.settings.kube.qps = qps;
+        config.settings.kube.burst = burst;
+        kube_client(&config, &self.environment).await
+    }
+
     /// Steps 4-6 of the [module](self) docs: runs the future `controllers` makes from a
     /// [`Stop`] signal, under the Lease when leader election is on. `Ok` after a shutdown
     /// (the controllers returned `Ok` and the Lease was handed back).

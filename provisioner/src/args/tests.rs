@@ -140,12 +140,12 @@ fn malformed_values_and_removed_flags_are_usage_errors() {
 }
 
 #[test]
-fn enabling_an_unsupported_feature_fails_with_exit_code_2() {
-    let err = config(&["--enable-capacity"]).unwrap_err();
+fn capacity_tracking_is_enabled_and_its_bad_values_exit_2() {
+    let enabled = config(&["--enable-capacity", "--capacity-threads=3"]).unwrap();
+    assert_eq!(enabled.capacity.map(|c| c.threads), Some(3));
+    assert!(config(&[]).unwrap().capacity.is_none());
+    let err = config(&["--enable-capacity", "--capacity-threads=0"]).unwrap_err();
     assert_eq!(err.exit_code(), 2, "{err}");
-    let text = err.to_string();
-    assert!(text.contains("--enable-capacity=true"), "{text}");
-    assert!(text.contains("not supported yet"), "{text}");
 }
 
 #[test]

@@ -273,16 +273,16 @@ fn trim_volume(volume: &mut PersistentVolume) {
     trim_meta(&mut volume.metadata);
 }
 
-fn trim_class(class: &mut StorageClass) {
+pub(crate) fn trim_class(class: &mut StorageClass) {
     trim_meta(&mut class.metadata);
 }
 
-fn trim_csinode(csinode: &mut CSINode) {
+pub(crate) fn trim_csinode(csinode: &mut CSINode) {
     trim_meta(&mut csinode.metadata);
 }
 
 /// Keeps name, uid, resourceVersion and labels: topology needs labels only.
-fn trim_node(node: &mut Node) {
+pub(crate) fn trim_node(node: &mut Node) {
     let meta = std::mem::take(&mut node.metadata);
     node.metadata = ObjectMeta {
         name: meta.name,

@@ -117,6 +117,17 @@ impl Cluster {
         self.provisioner_with(name, &self.socket(), &[], extra)
     }
 
+    /// As [`Cluster::provisioner`], with extra environment variables (`NAMESPACE`,
+    /// `POD_NAME`, ...).
+    pub(crate) fn provisioner_env(
+        &self,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Provisioner {
+        self.provisioner_with(name, &self.socket(), env, extra)
+    }
+
     /// Starts `csi-provisioner` with the standard flags plus `extra` against the driver at
     /// `socket`, with the environment variables `env` (e.g. a node deployment's `NODE_NAME`).
     pub(crate) fn provisioner_with(

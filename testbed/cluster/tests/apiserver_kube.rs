@@ -361,3 +361,52 @@ async fn injected_latency_delays_every_request() {
     namespaces.list(&ListParams::default()).await.unwrap();
     assert!(start.elapsed() < Duration::from_secs(1));
 }
+
+/// external-provisioner's storage.k8s.io/v1 probe creates a CSIStorageCapacity named
+/// `#%123-invalid-name` and takes 422 Invalid (not 404) as "v1 is served"; kube-apiserver's
+/// ValidateCSIStorageCapacity also refuses a negative `capacity` (and only that quantity).
+#[tokio::test]
+async fn csi_storage_capacities_are_validated_like_kube_apiserver() {
+    use k8s_openapi::api::storage::v1::CSIStorageCapacity;
+    let server = ApiServer::new();
+    let api: Api<CSIStorageCapacity> = Api::namespaced(server.client(), "default");
+    let object = |name: &str, capacity: &str, max: &str| -> CSIStorageCapacity {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "storageClassName": "fast",
+            "capacity": capacity,
+            "maximumVolumeSize": max,
+        }))
+        .unwrap()
+    };
+    let code = |result: kube::Result<CSIStorageCapacity>| match result {
+        Err(kube::Error::Api(status)) => status.code,
+        other => panic!("expected an API error, got {other:?}"),
+    };
+    let probe = api
+        .create(
+            &PostParams::default(),
+            &object("#%123-invalid-name", "1", "1"),
+        )
+        .await;
+    assert_eq!(code(probe), 422);
+    let negative = api
+        .create(&PostParams::default(), &object("negative", "-1Gi", "1Gi"))
+        .await;
+    assert_eq!(code(negative), 422);
+    // maximumVolumeSize is not checked by kube-apiserver.
+    api.create(&PostParams::default(), &object("max-negative", "0", "-1"))
+        .await
+        .unwrap();
+    let mut valid = api
+        .create(&PostParams::default(), &object("valid", "10Gi", "1Gi"))
+        .await
+        .unwrap();
+    valid.capacity = Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+        "-5".into(),
+    ));
+    assert_eq!(
+        code(api.replace("valid", &PostParams::default(), &valid).await),
+        422
+    );
+}

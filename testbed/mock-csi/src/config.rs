@@ -137,6 +137,16 @@ pub struct MockDriverConfig {
     /// `None` means unlimited (then `GetCapacity` reports `max_volume_size`, like
     /// csi-driver-host-path without `--capacity`).
     pub total_capacity: Option<i64>,
+    /// csi-driver-host-path's `--capacity <kind>=<quantity>`: when not empty, GetCapacity reads
+    /// the `kind` parameter (the StorageClass's, which the provisioner passes as is) and
+    /// answers that kind's size minus the sizes of the volumes created with the same `kind`
+    /// parameter; a kind that is missing or not listed has no capacity (0), as in host-path.
+    /// Topology is still honoured: a foreign segment has 0.
+    pub capacity_by_kind: BTreeMap<String, i64>,
+    /// Fault injection for a broken driver: GetCapacity answers exactly this
+    /// `(available_capacity, maximum_volume_size)`, negative values included, instead of
+    /// computing them. No real driver should; consumers must not publish such answers.
+    pub capacity_answer: Option<(i64, Option<i64>)>,
     /// Largest volume; a bigger request is `OutOfRange` "Requested capacity N exceeds maximum
     /// allowed M", csi-driver-host-path's answer.
     pub max_volume_size: i64,
@@ -189,6 +199,8 @@ impl Default for MockDriverConfig {
                 DEFAULT_NODE_ID.to_owned(),
             )]),
             total_capacity: None,
+            capacity_by_kind: BTreeMap::new(),
+            capacity_answer: None,
             max_volume_size: TI,
             default_volume_size: GI,
             allocation_unit: 1,

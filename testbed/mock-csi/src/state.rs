@@ -92,6 +92,9 @@ fn from_map<'a>(
         .collect()
 }
 
+/// The StorageClass parameter csi-driver-host-path picks a capacity kind by (`storageKind`).
+const KIND_PARAMETER: &str = "kind";
+
 fn topology(segments: &BTreeMap<String, String>) -> csi::Topology {
     csi::Topology {
         segments: to_map(segments),
@@ -247,6 +250,21 @@ impl VolumeTable {
 
     fn used(&self) -> i64 {
         self.volumes.iter().map(|v| v.capacity_bytes).sum()
+    }
+
+    /// csi-driver-host-path `GetCapacity` with `--capacity`: the kind's size minus what
+    /// volumes of that kind use, never below 0.
+    fn available_of_kind(&self, cfg: &MockDriverConfig, kind: Option<&String>) -> i64 {
+        let Some(total) = kind.and_then(|k| cfg.capacity_by_kind.get(k)) else {
+            return 0;
+        };
+        let used: i64 = self
+            .volumes
+            .iter()
+            .filter(|v| v.parameters.get(KIND_PARAMETER) == kind)
+            .map(|v| v.capacity_bytes)
+            .sum();
+        (total - used).max(0)
     }
 
     fn available(&self, cfg: &MockDriverConfig) -> Option<i64> {
@@ -570,6 +588,13 @@ impl VolumeTable {
         req: &csi::GetCapacityRequest,
     ) -> Result<csi::GetCapacityResponse, Status> {
         require_controller(cfg, ControllerRpc::GetCapacity, "GetCapacity")?;
+        if let Some((available, maximum)) = cfg.capacity_answer {
+            return Ok(csi::GetCapacityResponse {
+                available_capacity: available,
+                maximum_volume_size: maximum,
+                minimum_volume_size: None,
+            });
+        }
         let elsewhere = req
             .accessible_topology
             .as_ref()
@@ -577,8 +602,10 @@ impl VolumeTable {
         // Without a total, csi-driver-host-path reports its maximum volume size as available.
         let available = if elsewhere {
             0
-        } else {
+        } else if cfg.capacity_by_kind.is_empty() {
             self.available(cfg).unwrap_or(cfg.max_volume_size)
+        } else {
+            self.available_of_kind(cfg, req.parameters.get(KIND_PARAMETER))
         };
         Ok(csi::GetCapacityResponse {
             available_capacity: available,

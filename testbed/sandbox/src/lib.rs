@@ -278,8 +278,12 @@ impl Sandbox {
         if self.options.leader_election && args.iter().any(|a| a.starts_with("--kubeconfig=")) {
             args.extend(FAST_LEADER_ELECTION.map(str::to_owned));
         }
+        let command = spec.env.iter().fold(
+            process::CommandLine::new(binary, &args),
+            |command, (key, value)| command.env(key, value),
+        );
         let mut child =
-            ChildProcess::spawn(spec.binary, binary, &args, &log).map_err(|e| error_chain(&e))?;
+            ChildProcess::start(spec.binary, command, &log).map_err(|e| error_chain(&e))?;
         let ready = child
             .wait_ready(Duration::from_secs(15), || process::accepts_tcp(http))
             .await;

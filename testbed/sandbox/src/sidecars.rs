@@ -27,7 +27,13 @@ pub struct SidecarSpec {
     pub args: fn(&LaunchContext) -> Vec<String>,
     /// Path probed to tell it is up (served on `--http-endpoint`).
     pub ready_path: &'static str,
+    /// Environment variables a pod would give it (downward API).
+    pub env: &'static [(&'static str, &'static str)],
 }
+
+/// Where csi-provisioner keeps its CSIStorageCapacity objects (its "pod's" namespace, as in
+/// a real deployment with `NAMESPACE` from the downward API).
+pub const CAPACITY_NAMESPACE: &str = "kube-system";
 
 fn common(ctx: &LaunchContext) -> Vec<String> {
     vec![
@@ -51,21 +57,35 @@ pub fn known() -> Vec<SidecarSpec> {
                 ]
             },
             ready_path: "/healthz",
+            env: &[],
         },
         SidecarSpec {
             binary: "csi-provisioner",
-            args: common,
+            args: |ctx| {
+                let mut args = common(ctx);
+                // Capacity tracking for the sandbox's Immediate class; no pod to own the
+                // objects.
+                args.extend([
+                    "--enable-capacity".to_owned(),
+                    "--capacity-for-immediate-binding".to_owned(),
+                    "--capacity-ownerref-level=-1".to_owned(),
+                ]);
+                args
+            },
             ready_path: "/metrics",
+            env: &[("NAMESPACE", CAPACITY_NAMESPACE)],
         },
         SidecarSpec {
             binary: "csi-attacher",
             args: common,
             ready_path: "/metrics",
+            env: &[],
         },
         SidecarSpec {
             binary: "csi-resizer",
             args: common,
             ready_path: "/metrics",
+            env: &[],
         },
         SidecarSpec {
             binary: "csi-node-driver-registrar",
@@ -81,6 +101,7 @@ pub fn known() -> Vec<SidecarSpec> {
                 ]
             },
             ready_path: "/healthz",
+            env: &[],
         },
     ]
 }

@@ -26,6 +26,7 @@ const FLOWS: &[&str] = &[
     "dynamic provisioning",
     "clone from a claim",
     "restore from a VolumeSnapshot",
+    "storage capacity tracking",
     "attach and detach",
     "volume expansion",
     "volume modification",

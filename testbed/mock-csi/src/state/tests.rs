@@ -705,6 +705,47 @@ fn get_capacity_reports_what_is_left_and_zero_for_foreign_topology() {
 }
 
 #[test]
+fn get_capacity_per_kind_parameter_subtracts_volumes_of_that_kind_like_host_path() {
+    let cfg = MockDriverConfig {
+        capacity_by_kind: BTreeMap::from([("fast".into(), 10 * GI), ("slow".into(), 100 * GI)]),
+        max_volume_size: 4 * GI,
+        ..MockDriverConfig::default()
+    };
+    let mut t = VolumeTable::default();
+    let mut req = create("a", 3 * GI, 0);
+    req.parameters.insert("kind".into(), "fast".into());
+    t.create_volume(&cfg, req).unwrap();
+    let of_kind = |kind: Option<&str>| {
+        let request = csi::GetCapacityRequest {
+            parameters: kind
+                .map(|k| ("kind".to_owned(), k.to_owned()))
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        let resp = t.get_capacity(&cfg, &request).unwrap();
+        (resp.available_capacity, resp.maximum_volume_size)
+    };
+    assert_eq!(of_kind(Some("fast")), (7 * GI, Some(4 * GI)));
+    assert_eq!(of_kind(Some("slow")), (100 * GI, Some(4 * GI)));
+    assert_eq!(of_kind(Some("unknown")), (0, Some(0)));
+    assert_eq!(of_kind(None), (0, Some(0)));
+}
+
+#[test]
+fn a_broken_driver_answers_get_capacity_with_the_configured_values() {
+    let cfg = MockDriverConfig {
+        capacity_answer: Some((-5, None)),
+        ..MockDriverConfig::default()
+    };
+    let resp = VolumeTable::default()
+        .get_capacity(&cfg, &csi::GetCapacityRequest::default())
+        .unwrap();
+    assert_eq!(resp.available_capacity, -5);
+    assert_eq!(resp.maximum_volume_size, None);
+}
+
+#[test]
 fn node_publish_requires_staging_when_the_node_stages() {
     let cfg = MockDriverConfig::default();
     let mut t = VolumeTable::default();

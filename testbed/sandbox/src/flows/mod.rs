@@ -17,6 +17,7 @@
 
 mod attachment;
 mod binding;
+mod capacity;
 mod expansion;
 mod liveness;
 mod modification;
@@ -88,6 +89,9 @@ pub fn all() -> Vec<Flow> {
         flow("clone from a claim", |sb| Box::pin(sources::cloned(sb))),
         flow("restore from a VolumeSnapshot", |sb| {
             Box::pin(sources::restored(sb))
+        }),
+        flow("storage capacity tracking", |sb| {
+            Box::pin(capacity::tracked(sb))
         }),
         flow("attach and detach", |sb| {
             Box::pin(attachment::attached_and_detached(sb))

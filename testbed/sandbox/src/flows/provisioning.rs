@@ -36,7 +36,7 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// Makes sure the node carries the driver's topology (Node label + CSINode topology key), as
 /// kubelet writes them when the driver registers. Returns a note when it had to write them.
-async fn ensure_topology(sb: &Sandbox) -> Result<Option<String>, FlowError> {
+pub(super) async fn ensure_topology(sb: &Sandbox) -> Result<Option<String>, FlowError> {
     let csinodes: Api<CSINode> = Api::all(sb.client().clone());
     let registered = csinodes
         .get_opt(NODE_NAME)

@@ -184,6 +184,17 @@ pub(crate) fn validate_object(info: &ResourceInfo, obj: &Value) -> Vec<FieldErro
         }
         ("storage.k8s.io", "csistoragecapacities") => {
             required_str(&mut errs, &obj["storageClassName"], "storageClassName");
+            // ValidateCSIStorageCapacity: `capacity` (not `maximumVolumeSize`) must not be
+            // negative (ValidateNonnegativeQuantity).
+            if let Some(q) = obj["capacity"].as_str()
+                && quantity::parse(q).is_ok_and(|parsed| parsed.is_negative())
+            {
+                errs.push(FieldError::invalid(
+                    "capacity",
+                    q,
+                    "must be greater than or equal to 0",
+                ));
+            }
         }
         ("storage.k8s.io", "volumeattributesclasses") => classes::class(&mut errs, obj),
         ("storage.k8s.io", "csinodes") => {

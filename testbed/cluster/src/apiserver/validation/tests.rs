@@ -164,6 +164,12 @@ fn required_fields_of_the_kinds_sidecars_write() {
             json!({"metadata": {"name": "c", "namespace": "ns"}}),
             vec!["storageClassName: Required value"],
         ),
+        (
+            "storage.k8s.io",
+            "csistoragecapacities",
+            json!({"metadata": {"name": "c", "namespace": "ns"}, "storageClassName": "sc", "capacity": "-1Gi", "maximumVolumeSize": "-1"}),
+            vec!["capacity: Invalid value: \"-1Gi\": must be greater than or equal to 0"],
+        ),
         ("", "pvc-none", json!({}), vec![]),
     ];
     for (group, plural, obj, want) in cases {

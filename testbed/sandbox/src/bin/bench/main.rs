@@ -12,6 +12,7 @@ mod attacher;
 mod burst;
 mod cache;
 mod calls;
+mod capacity;
 mod procfs;
 mod provisioner;
 mod queue;
@@ -37,6 +38,8 @@ const EXIT_SETUP_FAILED: u8 = 2;
 enum Sidecar {
     /// csi-provisioner: claims to PVs.
     Provisioner,
+    /// csi-provisioner's storage capacity tracking: RSS and API requests, off vs on.
+    Capacity,
     /// csi-attacher: VolumeAttachments attached and detached.
     Attacher,
     /// csi-resizer: bound claims expanded.
@@ -68,6 +71,19 @@ struct Args {
     /// stored before the second RSS reading.
     #[arg(long, default_value_t = 2000)]
     cached: usize,
+    /// Capacity: Nodes, one topology segment each.
+    #[arg(long, default_value_t = 100)]
+    nodes: usize,
+    /// Capacity: WaitForFirstConsumer StorageClasses of the driver.
+    #[arg(long, default_value_t = 5)]
+    classes: usize,
+    /// Capacity: `--capacity-poll-interval` in seconds (short, so the adaptive poll settles
+    /// within minutes).
+    #[arg(long, default_value_t = 10)]
+    capacity_poll_secs: u64,
+    /// Capacity: the measurement window in seconds.
+    #[arg(long, default_value_t = 120)]
+    window_secs: u64,
     /// Resizer: bound claims whose request is raised from 1Gi to 2Gi at once.
     #[arg(long, default_value_t = 100)]
     expansions: usize,
@@ -115,7 +131,7 @@ impl Args {
     /// The flags given, else the defaults of the chosen sidecar.
     fn client_flags(&self) -> ClientFlags {
         let defaults = match self.sidecar {
-            Sidecar::Provisioner => ClientFlags {
+            Sidecar::Provisioner | Sidecar::Capacity => ClientFlags {
                 qps: 100,
                 burst: 200,
                 workers: 100,
@@ -151,6 +167,10 @@ async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<(String, bool)> {
     match args.sidecar {
         Sidecar::Provisioner => {
             let report = provisioner::run(args, argv).await?;
+            Ok((report.render(), report.failed()))
+        }
+        Sidecar::Capacity => {
+            let report = capacity::run(args, argv).await?;
             Ok((report.render(), report.failed()))
         }
         Sidecar::Attacher => {

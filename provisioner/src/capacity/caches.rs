@@ -1,0 +1,197 @@
+//! The capacity controller's informer caches and their event handlers (client-go's
+//! `ResourceEventHandler`s): StorageClasses, Nodes (trimmed to labels), CSINodes, the
+//! CSIStorageCapacities of `$NAMESPACE` with our two labels, and PersistentVolumes trimmed to
+//! what a refresh reads. Handlers only update the shared index and queue keys.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use csi_common::informer::{
+    Change, InformerTask, filtered_informer, informer, trim_managed_fields,
+};
+use csi_common::workqueue::WorkQueue;
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, Node, PersistentVolume, PersistentVolumeSpec,
+};
+use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+
+use super::controller::{Deps, SharedState, lock};
+use super::decide::{self, CapacityKey};
+use crate::controller::stores::{trim_class, trim_csinode, trim_node};
+
+/// Read access to the five caches.
+#[derive(Clone)]
+pub(super) struct Caches {
+    pub(super) classes: Store<StorageClass>,
+    pub(super) nodes: Store<Node>,
+    pub(super) csinodes: Store<CSINode>,
+    pub(super) capacities: Store<CSIStorageCapacity>,
+    pub(super) volumes: Store<PersistentVolume>,
+}
+
+impl Caches {
+    /// Waits until every cache has its initial list.
+    pub(super) async fn ready(&self) {
+        // A writer is only dropped when its informer task is aborted, i.e. at shutdown.
+        let _ = self.classes.wait_until_ready().await;
+        let _ = self.nodes.wait_until_ready().await;
+        let _ = self.csinodes.wait_until_ready().await;
+        let _ = self.capacities.wait_until_ready().await;
+        let _ = self.volumes.wait_until_ready().await;
+    }
+}
+
+/// Informer events → queue adds (client-go's `ResourceEventHandler`s).
+pub(super) struct Handlers {
+    pub(super) driver: String,
+    pub(super) topology: Arc<WorkQueue<()>>,
+    pub(super) capacities: Arc<WorkQueue<CapacityKey>>,
+    pub(super) state: SharedState,
+    /// Set once the caches are synced: PV events of the initial list are not provisioning.
+    pub(super) ready: Arc<AtomicBool>,
+}
+
+impl Handlers {
+    fn capacity_changed(&self, change: &Change<'_, CSIStorageCapacity>) {
+        let mut state = lock(&self.state);
+        let (old, new, gone) = match change {
+            Change::Applied { old, new } => (old.as_deref(), Some(*new), None),
+            Change::Deleted(gone) => (None, None, Some(*gone)),
+        };
+        for object in old.into_iter().chain(gone) {
+            if let (Some(key), Some(name)) = (decide::key_of(object), &object.metadata.name) {
+                if let Some(names) = state.objects.get_mut(&key) {
+                    names.remove(name);
+                }
+                if gone.is_some()
+                    && let Some(k) = state.keys.get_mut(&key)
+                    && k.written.as_ref().and_then(|w| w.metadata.name.as_ref()) == Some(name)
+                {
+                    // Deleted by someone else: re-create, do not update the deleted copy.
+                    k.written = None;
+                }
+                self.capacities.add(key);
+            }
+        }
+        if let Some(object) = new
+            && let (Some(key), Some(name)) = (decide::key_of(object), &object.metadata.name)
+        {
+            state
+                .objects
+                .entry(key.clone())
+                .or_default()
+                .insert(name.clone());
+            self.capacities.add(key);
+        }
+        drop(state);
+        self.topology.add(());
+    }
+
+    fn volume_changed(&self, volume: &PersistentVolume) {
+        if !self.ready.load(Ordering::Acquire) {
+            return;
+        }
+        let mut state = lock(&self.state);
+        let keys = decide::keys_for_volume(volume, &self.driver, &state.desired);
+        for key in keys {
+            if let Some(k) = state.keys.get_mut(&key) {
+                k.refresh = true;
+            }
+            self.capacities.add(key);
+        }
+    }
+}
+
+/// Starts the five caches; their events go to `handlers`.
+pub(super) fn start_caches<D>(
+    deps: &Deps<D>,
+    handlers: &Arc<Handlers>,
+) -> (Caches, Vec<InformerTask>) {
+    let mut tasks = Vec::new();
+    let topology_changed = {
+        let handlers = Arc::clone(handlers);
+        move || handlers.topology.add(())
+    };
+    let (classes, task) = informer(Api::all(deps.client.clone()), trim_class, {
+        let changed = topology_changed.clone();
+        move |_: Change<'_, StorageClass>| changed()
+    });
+    tasks.push(task);
+    let (nodes, task) = informer(Api::all(deps.client.clone()), trim_node, {
+        let changed = topology_changed.clone();
+        move |change: Change<'_, Node>| {
+            // Only labels are kept, so any real change is a label change; a resync is not.
+            if let Change::Applied {
+                old: Some(old),
+                new,
+            } = &change
+                && old.metadata.labels == new.metadata.labels
+            {
+                return;
+            }
+            changed();
+        }
+    });
+    tasks.push(task);
+    let (csinodes, task) = informer(Api::all(deps.client.clone()), trim_csinode, {
+        move |_: Change<'_, CSINode>| topology_changed()
+    });
+    tasks.push(task);
+    let selector = watcher::Config::default().labels(&deps.template.label_selector());
+    let (capacities, task) = filtered_informer(
+        Api::namespaced(deps.capacity_client.clone(), &deps.template.namespace),
+        selector,
+        trim_capacity,
+        {
+            let handlers = Arc::clone(handlers);
+            move |change: Change<'_, CSIStorageCapacity>| handlers.capacity_changed(&change)
+        },
+    );
+    tasks.push(task);
+    let (volumes, task) = informer(Api::all(deps.client.clone()), trim_volume, {
+        let handlers = Arc::clone(handlers);
+        move |change: Change<'_, PersistentVolume>| match change {
+            Change::Applied { old: None, new } => handlers.volume_changed(new),
+            Change::Deleted(gone) => handlers.volume_changed(gone),
+            Change::Applied { .. } => {}
+        }
+    });
+    tasks.push(task);
+    let caches = Caches {
+        classes,
+        nodes,
+        csinodes,
+        capacities,
+        volumes,
+    };
+    (caches, tasks)
+}
+
+fn trim_capacity(capacity: &mut CSIStorageCapacity) {
+    trim_managed_fields(&mut capacity.metadata);
+}
+
+/// What [`decide::keys_for_volume`] reads: driver, class, node affinity.
+fn trim_volume(volume: &mut PersistentVolume) {
+    let meta = std::mem::take(&mut volume.metadata);
+    volume.metadata = ObjectMeta {
+        name: meta.name,
+        resource_version: meta.resource_version,
+        ..ObjectMeta::default()
+    };
+    let spec = volume.spec.take().unwrap_or_default();
+    volume.spec = Some(PersistentVolumeSpec {
+        storage_class_name: spec.storage_class_name,
+        node_affinity: spec.node_affinity,
+        csi: spec.csi.map(|csi| CSIPersistentVolumeSource {
+            driver: csi.driver,
+            ..CSIPersistentVolumeSource::default()
+        }),
+        ..PersistentVolumeSpec::default()
+    });
+    volume.status = None;
+}

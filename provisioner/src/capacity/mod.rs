@@ -1,0 +1,32 @@
+//! Storage capacity tracking (`--enable-capacity`, spec provisioner.md §6.1): one
+//! CSIStorageCapacity object per (topology segment, StorageClass of this driver) in the
+//! provisioner's namespace, holding what GetCapacity reports for that pair.
+//!
+//! Rust counterpart of external-provisioner `pkg/capacity` (central mode). The pieces:
+//!
+//! * [`settings`]: the capacity flags and the `NAMESPACE` / `POD_NAME` environment, checked
+//!   before anything starts (exit 2 on a bad value).
+//! * [`decide`]: pure decisions, table-tested: topology segments from CSINodes and Node
+//!   labels, the wanted (segment, class) keys, what to write for one key, which objects are
+//!   obsolete, when to poll a key next.
+//! * [`owner`]: start-up, against the API: the storage.k8s.io/v1 probe and the owner
+//!   reference walk (Pod → ReplicaSet → Deployment, ...).
+//! * [`controller`]: the executor: the `csitopology` and `csistoragecapacity` queues,
+//!   GetCapacity calls and object writes; `caches`: its informers and event handlers.
+//! * [`metrics`]: the three `csistoragecapacities_*` gauges.
+//!
+//! Beyond upstream, a key whose capacity did not change is polled less and less often
+//! (doubling up to [`decide::MAX_POLL_FACTOR`] × `--capacity-poll-interval`, with jitter),
+//! while provisioning or deleting a volume in its segment polls it at once; objects are
+//! written only when a value differs from the cached object (provisioner/README.md).
+
+mod caches;
+pub(crate) mod controller;
+pub(crate) mod csi;
+pub(crate) mod decide;
+pub(crate) mod metrics;
+pub(crate) mod owner;
+pub mod settings;
+
+pub use owner::StartError;
+pub use settings::{CapacitySettings, EnvironmentError, SettingsError};
