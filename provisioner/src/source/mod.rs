@@ -37,9 +37,10 @@ pub(crate) const CLONE_FINALIZER: &str = "provisioner.storage.kubernetes.io/clon
 /// distinct from external-snapshotter's `snapshot.storage.kubernetes.io/...` one).
 pub(crate) const SNAPSHOT_FINALIZER: &str =
     "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
-/// VolumeSnapshotContent annotation that allows restoring into another volume mode.
+/// VolumeSnapshotContent annotation that allows restoring into another volume mode (upstream
+/// `annAllowVolumeModeChange`: the `kubernetes.io` spelling, unlike the snapshot API group).
 pub(crate) const ALLOW_VOLUME_MODE_CHANGE: &str =
-    "snapshot.storage.k8s.io/allow-volume-mode-change";
+    "snapshot.storage.kubernetes.io/allow-volume-mode-change";
 
 /// What a source is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -88,7 +88,7 @@ pub(crate) struct ContentView {
     pub(crate) source_volume_mode: Option<String>,
     /// `status.snapshotHandle`.
     pub(crate) snapshot_handle: Option<String>,
-    /// Annotation `snapshot.storage.k8s.io/allow-volume-mode-change` parses as true
+    /// Annotation `snapshot.storage.kubernetes.io/allow-volume-mode-change` parses as true
     /// (Go `strconv.ParseBool`).
     pub(crate) allow_volume_mode_change: bool,
 }

@@ -327,7 +327,7 @@ fn snapshot_sources_are_checked_like_upstream() {
             "mode conversion",
             |c, _, _, _| c.spec.as_mut().unwrap().volume_mode = Some("Block".into()),
             Some(
-                "requested volume ns/new modifies the mode of the source volume but does not have permission to do so. snapshot.storage.k8s.io/allow-volume-mode-change annotation is not present on snapshotcontent content",
+                "requested volume ns/new modifies the mode of the source volume but does not have permission to do so. snapshot.storage.kubernetes.io/allow-volume-mode-change annotation is not present on snapshotcontent content",
             ),
         ),
     ];
@@ -507,4 +507,29 @@ fn custom_resources_are_read_without_typed_decoding() {
 
 fn grant_view_ns_to_any_snapshot() -> GrantView {
     grant("ns", SNAPSHOT_KIND, "")
+}
+
+#[test]
+fn only_the_upstream_annotation_key_allows_a_volume_mode_change() {
+    // Upstream `annAllowVolumeModeChange`; the `snapshot.storage.k8s.io/` spelling is not it.
+    let cases = [
+        (
+            "snapshot.storage.kubernetes.io/allow-volume-mode-change",
+            true,
+        ),
+        ("snapshot.storage.k8s.io/allow-volume-mode-change", false),
+    ];
+    for (key, want) in cases {
+        let content: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+            "metadata": {"name": "c1", "annotations": {key: "true"}},
+            "spec": {"driver": DRIVER, "sourceVolumeMode": "Block"}
+        }))
+        .unwrap();
+        assert_eq!(
+            ContentView::from_object(&content).allow_volume_mode_change,
+            want,
+            "{key}"
+        );
+    }
 }
