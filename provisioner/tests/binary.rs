@@ -217,7 +217,7 @@ async fn a_wait_for_first_consumer_claim_waits_for_the_selected_node() {
     );
 
     cluster
-        .kcm
+        .kcm()
         .select_node(NAMESPACE, "late", "mock-node")
         .await
         .unwrap();
@@ -547,12 +547,7 @@ async fn a_claim_deleted_while_create_volume_is_in_flight_leaks_no_volume() {
     cluster.create_class(class("fast", "Immediate")).await;
     let mut provisioner = cluster.provisioner("csi-provisioner-0", &[]);
     cluster.create_claim("doomed", "fast", "1Mi").await;
-    cluster
-        .driver
-        .wait_for_calls(Method::CreateVolume, 1, SHORT)
-        .await
-        .unwrap();
-    cluster.delete_claim("doomed").await;
+    cluster.delete_claim_during_create("doomed", 1).await;
 
     eventually("the volume deleted", SHORT, async || {
         (cluster.driver.call_count(Method::DeleteVolume) == 1
@@ -607,12 +602,7 @@ async fn a_claim_deleted_while_its_timed_out_create_is_in_backoff_leaks_no_volum
         ],
     );
     cluster.create_claim("doomed", "fast", "1Mi").await;
-    cluster
-        .driver
-        .wait_for_calls(Method::CreateVolume, 1, SHORT)
-        .await
-        .unwrap();
-    cluster.delete_claim("doomed").await;
+    cluster.delete_claim_during_create("doomed", 1).await;
     eventually(
         "the first create finished on the driver",
         SHORT,
@@ -878,7 +868,7 @@ async fn a_claim_whose_selected_node_is_gone_is_rescheduled() {
     let _provisioner = cluster.provisioner("csi-provisioner-0", &[]);
     cluster.create_claim("orphaned", "late", "1Mi").await;
     cluster
-        .kcm
+        .kcm()
         .select_node(NAMESPACE, "orphaned", "ghost-node")
         .await
         .unwrap();

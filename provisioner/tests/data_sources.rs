@@ -15,13 +15,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, TypedObjectReference};
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use proto::csi::v1::controller_client::ControllerClient;
 use proto::csi::v1::volume_content_source::Type;
-use proto::csi::v1::{CreateSnapshotRequest, CreateVolumeRequest};
+use proto::csi::v1::{CreateSnapshotRequest, CreateVolumeRequest, DeleteVolumeRequest};
 use serde_json::json;
 use support::*;
-use testbed_mock_csi::{ControllerRpc, Fault, Method, When};
+use testbed_mock_csi::{Action, ControllerRpc, Fault, Method, When};
 use tonic::Code;
 
 /// Generous: the tests run in parallel on small CI machines.
@@ -339,6 +341,110 @@ async fn a_restore_ends_bound_and_the_snapshot_is_unprotected_after_the_pv_is_bu
         (!finalizers(&snapshot.metadata).contains(&SNAPSHOT_FINALIZER.to_owned())).then_some(())
     })
     .await;
+}
+
+/// Waits until snapshot `name` carries no source-protection finalizer of ours.
+async fn unprotected(cluster: &Cluster, name: &str) {
+    eventually(
+        &format!("snapshot {name} without our finalizer"),
+        SHORT,
+        async || {
+            let snapshot = snapshots(cluster, NAMESPACE).get(name).await.ok()?;
+            (!finalizers(&snapshot.metadata).contains(&SNAPSHOT_FINALIZER.to_owned())).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until the provisioner saved a PV for claim `name` (bound or not).
+async fn volume_saved_for(cluster: &Cluster, name: &str) {
+    eventually(&format!("a PV for claim {name}"), SHORT, async || {
+        cluster
+            .volumes()
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|pv| {
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.claim_ref.as_ref())
+                    .is_some_and(|r| r.name.as_deref() == Some(name))
+            })
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn two_restores_saved_within_the_binder_lag_leave_the_snapshot_unprotected_without_a_sweep() {
+    let mut cluster = cluster().await;
+    let _provisioner =
+        cluster.provisioner("csi-provisioner-0", &["--snapshot-orphan-sweep-interval=0"]);
+    let handle = bound_source(&cluster, "src").await;
+    ready_snapshot(&cluster, "snap", &handle, DRIVER).await;
+
+    // The binder lags: the second restore gets its PV while the first claim, whose PV is saved,
+    // is still Pending. The claims carry the storage-provisioner annotation the PV controller
+    // would have written before it stalled.
+    cluster.pause_kcm().await;
+    let annotated = |name| {
+        let mut claim = restore_of(name, "1Gi", "snap");
+        claim.metadata.annotations = Some(
+            [(
+                "volume.kubernetes.io/storage-provisioner".to_owned(),
+                DRIVER.to_owned(),
+            )]
+            .into(),
+        );
+        claim
+    };
+    create(&cluster, annotated("first")).await;
+    volume_saved_for(&cluster, "first").await;
+    create(&cluster, annotated("second")).await;
+    volume_saved_for(&cluster, "second").await;
+    cluster.resume_kcm();
+
+    cluster.bound("first", SHORT).await;
+    cluster.bound("second", SHORT).await;
+    unprotected(&cluster, "snap").await;
+}
+
+#[tokio::test]
+async fn a_restore_deleted_while_its_volume_is_created_leaves_the_snapshot_unprotected() {
+    let slow = Duration::from_secs(3);
+    let cases = [
+        (
+            "the volume is created, then deleted",
+            Action::Delay(slow),
+            1,
+        ),
+        (
+            "the create fails finally",
+            Action::DelayThenError(slow, Code::InvalidArgument, "bad parameters".into()),
+            0,
+        ),
+    ];
+    for (name, action, deletes) in cases {
+        let cluster = cluster().await;
+        let _provisioner =
+            cluster.provisioner("csi-provisioner-0", &["--snapshot-orphan-sweep-interval=0"]);
+        let handle = bound_source(&cluster, "src").await;
+        ready_snapshot(&cluster, "snap", &handle, DRIVER).await;
+        cluster.driver.clear_calls();
+        cluster.driver.inject(Fault {
+            method: Method::CreateVolume,
+            when: When::Nth(1),
+            action,
+        });
+        create(&cluster, restore_of("doomed", "1Gi", "snap")).await;
+        // The snapshot is protected before CreateVolume.
+        cluster.delete_claim_during_create("doomed", 1).await;
+
+        unprotected(&cluster, "snap").await;
+        let sent: Vec<DeleteVolumeRequest> = cluster.driver.requests(Method::DeleteVolume);
+        assert_eq!(sent.len(), deletes, "{name}");
+    }
 }
 
 #[tokio::test]

@@ -98,7 +98,7 @@ async fn three_nodes_provision_each_claim_once_and_delete_only_their_own_volumes
     for (name, node) in &late {
         cluster.create_claim(name, "late", "10Mi").await;
         cluster
-            .kcm
+            .kcm()
             .select_node(NAMESPACE, name, node)
             .await
             .unwrap();
@@ -256,7 +256,7 @@ async fn without_immediate_binding_only_the_schedulers_claims_are_provisioned() 
     cluster.create_claim("now", "immediate", "1Gi").await;
     cluster.create_claim("late", "late", "1Gi").await;
     cluster
-        .kcm
+        .kcm()
         .select_node(NAMESPACE, "late", "node-a")
         .await
         .unwrap();
@@ -306,7 +306,7 @@ async fn without_topology_only_the_node_that_made_a_volume_deletes_it() {
     }
     cluster.create_claim("late", "late", "1Gi").await;
     cluster
-        .kcm
+        .kcm()
         .select_node(NAMESPACE, "late", "node-b")
         .await
         .unwrap();

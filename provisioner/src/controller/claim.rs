@@ -180,12 +180,29 @@ async fn sync_claim<D: VolumeDriver>(
         }
         AfterCreate::Infeasible { message } => attempt.infeasible(&message).await,
         AfterCreate::Failed { message, state } => attempt.failed(&message, state).await,
-        AfterCreate::Gone(GoneCreate::Created(response)) => {
-            remember_volume(ctx, key, response);
-            sync_gone(ctx, key).await
+        AfterCreate::Gone(gone) => finish_gone(ctx, key, &plan, gone).await,
+    }
+}
+
+/// The claim went away while its CreateVolume ran: delete what was created, keep trying while
+/// the driver may still be creating, or stop when nothing was created.
+async fn finish_gone<D: VolumeDriver>(
+    ctx: &Context<D>,
+    key: &ClaimKey,
+    plan: &ProvisionPlan,
+    gone: GoneCreate<'_>,
+) -> Outcome {
+    match gone {
+        GoneCreate::Created(response) => {
+            if remember_volume(ctx, key, response).is_some() {
+                sync_gone(ctx, key).await
+            } else {
+                protection::release_snapshot(ctx, &key.uid, plan).await;
+                Outcome::Done
+            }
         }
-        AfterCreate::Gone(GoneCreate::StillCreating(err)) => still_creating(key, err),
-        AfterCreate::Gone(GoneCreate::NothingCreated(err)) => nothing_created(ctx, key, err),
+        GoneCreate::StillCreating(err) => still_creating(key, err),
+        GoneCreate::NothingCreated(err) => nothing_created(ctx, key, plan, err).await,
     }
 }
 
@@ -271,15 +288,22 @@ fn claim_for_plan<D>(
     Arc::clone(claim)
 }
 
-fn remember_volume<D>(ctx: &Context<D>, key: &ClaimKey, response: &CreateVolumeResponse) {
+/// Records the volume a create for a gone claim made; `None` (and the claim forgotten) when the
+/// driver answered without one, so there is nothing to delete.
+fn remember_volume<D>(
+    ctx: &Context<D>,
+    key: &ClaimKey,
+    response: &CreateVolumeResponse,
+) -> Option<String> {
     if let Some(volume) = &response.volume
         && !volume.volume_id.is_empty()
     {
         ctx.in_progress
             .set_volume(&key.uid, volume.volume_id.clone());
+        Some(volume.volume_id.clone())
     } else {
-        // Nothing to delete; the driver answered without a volume.
         ctx.in_progress.remove(&key.uid);
+        None
     }
 }
 
@@ -317,15 +341,17 @@ async fn sync_gone<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> Outcome
         let result = ctx.driver.create_volume(request).await;
         match after_gone_create(result.as_ref()) {
             GoneCreate::Created(response) => {
-                remember_volume(ctx, key, response);
-                let Some(volume_id) = ctx.in_progress.get(&key.uid).and_then(|e| e.volume_id)
-                else {
+                let Some(volume_id) = remember_volume(ctx, key, response) else {
+                    // The driver answered without a volume: nothing to delete.
+                    protection::release_snapshot(ctx, &key.uid, &entry.plan).await;
                     return Outcome::Done;
                 };
                 volume_id
             }
             GoneCreate::StillCreating(err) => return still_creating(key, err),
-            GoneCreate::NothingCreated(err) => return nothing_created(ctx, key, err),
+            GoneCreate::NothingCreated(err) => {
+                return nothing_created(ctx, key, &entry.plan, err).await;
+            }
         }
     };
     let request = DeleteVolumeRequest {
@@ -336,6 +362,8 @@ async fn sync_gone<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> Outcome
         Ok(()) => {
             tracing::info!(%claim, volume_id, "deleted the volume of a claim deleted during provisioning");
             ctx.in_progress.remove(&key.uid);
+            // Nothing is restored from the snapshot any more for this claim.
+            protection::release_snapshot(ctx, &key.uid, &entry.plan).await;
             Outcome::Done
         }
         Err(err) => {
@@ -351,10 +379,17 @@ fn still_creating(key: &ClaimKey, err: &CsiError) -> Outcome {
     Outcome::Retry
 }
 
-/// CreateVolume for a claim that is gone failed finally: no volume exists.
-fn nothing_created<D>(ctx: &Context<D>, key: &ClaimKey, err: &CsiError) -> Outcome {
+/// CreateVolume for a claim that is gone failed finally: no volume exists, and the snapshot it
+/// was restoring from is no longer needed for it.
+async fn nothing_created<D>(
+    ctx: &Context<D>,
+    key: &ClaimKey,
+    plan: &ProvisionPlan,
+    err: &CsiError,
+) -> Outcome {
     tracing::info!(claim = %format_args!("{}/{}", key.namespace, key.name), error = %err, "CreateVolume for a deleted claim failed finally; nothing to clean up");
     ctx.in_progress.remove(&key.uid);
+    protection::release_snapshot(ctx, &key.uid, plan).await;
     Outcome::Done
 }
 

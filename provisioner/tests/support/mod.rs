@@ -28,7 +28,7 @@ use kube::{Api, Client};
 use testbed_cluster::apiserver::{ApiServer, Listening};
 use testbed_cluster::kcm::{self, ControllerManager};
 use testbed_mock_csi::{
-    DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, MockDriver, MockDriverConfig, MockDriverHandle,
+    DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, Method, MockDriver, MockDriverConfig, MockDriverHandle,
 };
 use testbed_support::process::{ChildProcess, CommandLine, Signal};
 
@@ -43,7 +43,8 @@ pub(crate) struct Cluster {
     pub(crate) kubeconfig: PathBuf,
     pub(crate) dir: tempfile::TempDir,
     pub(crate) client: Client,
-    pub(crate) kcm: ControllerManager,
+    /// `None` while paused ([`Cluster::pause_kcm`]).
+    kcm: Option<ControllerManager>,
     pub(crate) driver: MockDriverHandle,
 }
 
@@ -69,7 +70,7 @@ impl Cluster {
             kubeconfig,
             dir,
             client,
-            kcm,
+            kcm: Some(kcm),
             driver,
         };
         cluster.register_node();
@@ -106,6 +107,29 @@ impl Cluster {
             },
         };
         self.server.put_object(&csinode).unwrap();
+    }
+
+    /// The controller-manager stand-in.
+    pub(crate) fn kcm(&self) -> &ControllerManager {
+        self.kcm.as_ref().expect("the controller-manager is paused")
+    }
+
+    /// Stops the controller-manager stand-in: nothing binds claims until [`Cluster::resume_kcm`],
+    /// as while a real kube-controller-manager is down or lagging.
+    pub(crate) async fn pause_kcm(&mut self) {
+        if let Some(kcm) = self.kcm.take() {
+            kcm.stop().await;
+        }
+    }
+
+    /// Starts a fresh controller-manager stand-in, which syncs everything as a restarted one does.
+    pub(crate) fn resume_kcm(&mut self) {
+        if self.kcm.is_none() {
+            self.kcm = Some(ControllerManager::start(
+                self.client.clone(),
+                kcm::Config::default(),
+            ));
+        }
     }
 
     pub(crate) fn socket(&self) -> PathBuf {
@@ -190,6 +214,16 @@ impl Cluster {
             .delete(name, &DeleteParams::default())
             .await
             .unwrap();
+    }
+
+    /// Deletes claim `name` while its CreateVolume runs: once the `nth` CreateVolume since the
+    /// driver's calls were last cleared has arrived (a delayed one, so it is still in flight).
+    pub(crate) async fn delete_claim_during_create(&self, name: &str, nth: usize) {
+        self.driver
+            .wait_for_calls(Method::CreateVolume, nth, Duration::from_secs(30))
+            .await
+            .unwrap();
+        self.delete_claim(name).await;
     }
 
     /// Waits until the claim is Bound; returns it and its PV.

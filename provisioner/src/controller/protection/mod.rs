@@ -6,9 +6,10 @@
 //!   pure [`crate::source`] decision, then the finalizer (a plain Update carrying the
 //!   resourceVersion that was checked, so a source whose deletion started meanwhile makes the
 //!   update fail with a conflict instead of being used unprotected).
-//! * [`release_snapshot`]: after the PV is built, the snapshot finalizer comes off unless
-//!   another Pending claim still restores from the same snapshot (upstream removes it
-//!   regardless and leaves the other claim unprotected until its own next attempt).
+//! * [`release_snapshot`]: after the PV is built (or a claim deleted during its create is
+//!   cleaned up), the snapshot finalizer comes off unless another claim without a PV still
+//!   restores from the same snapshot (upstream removes it regardless and leaves the other claim
+//!   unprotected until its own next attempt).
 //! * [`sync_clone_source`]: the clone-protection controller (`--cloning-protection-threads`
 //!   workers): a source claim being deleted loses the cloning-protection finalizer once no
 //!   Pending claim clones it.
@@ -27,6 +28,7 @@ use kube::Api;
 use kube::api::{DynamicObject, ListParams, PostParams};
 
 use crate::args::RetrySettings;
+use crate::naming::volume_name;
 use crate::plan_error::PlanError;
 use crate::request::ProvisionPlan;
 use crate::source::objects::{content_resource, grant_resource, snapshot_resource};
@@ -293,8 +295,40 @@ async fn remove_snapshot_finalizer(api: &Api<DynamicObject>, mut object: Dynamic
     }
 }
 
-/// After the PV of `claim_uid` was built from a snapshot: unprotect the snapshot unless another
-/// Pending claim restores from it.
+/// Whether `claim` already has its PV: bound to one (`spec.volumeName`), or ours is saved or
+/// waiting to be saved (`known(pv_name)`). Such a claim no longer reads its source, even while
+/// it stays Pending until the PV binder catches up.
+fn has_volume(
+    claim: &PersistentVolumeClaim,
+    pv_name: Option<&str>,
+    known: impl Fn(&str) -> bool,
+) -> bool {
+    let bound = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    bound || pv_name.is_some_and(known)
+}
+
+/// The claims that may still restore from a snapshot after claim `claim_uid` is done with it:
+/// every other claim without a PV. Counting claims whose PV exists would let two restores that
+/// finish within the binder's lag each keep the finalizer for the other, leaving it to the sweep
+/// (or for ever with `--snapshot-orphan-sweep-interval=0`).
+fn restoring_claims<'a>(
+    claims: &'a [Arc<PersistentVolumeClaim>],
+    claim_uid: &'a str,
+    has_volume: impl Fn(&PersistentVolumeClaim) -> bool + 'a,
+) -> impl Iterator<Item = &'a PersistentVolumeClaim> {
+    claims
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(move |c| c.metadata.uid.as_deref() != Some(claim_uid))
+        .filter(move |c| !has_volume(c))
+}
+
+/// After claim `claim_uid` is done with its snapshot (its PV is built, or it was deleted and its
+/// volume creation finished): unprotect the snapshot unless another claim restores from it.
 pub(crate) async fn release_snapshot<D>(ctx: &Context<D>, claim_uid: &str, plan: &ProvisionPlan) {
     let Some(source) = plan
         .source
@@ -303,16 +337,26 @@ pub(crate) async fn release_snapshot<D>(ctx: &Context<D>, claim_uid: &str, plan:
     else {
         return;
     };
-    let others = ctx.stores.claims.state();
-    let others = others
-        .iter()
-        .filter(|c| c.metadata.uid.as_deref() != Some(claim_uid))
-        .map(AsRef::as_ref);
+    let claims = ctx.stores.claims.state();
+    let options = &ctx.options;
+    let claim_has_volume = |claim: &PersistentVolumeClaim| {
+        let pv_name = claim.metadata.uid.as_deref().and_then(|uid| {
+            volume_name(
+                &options.volume_name_prefix,
+                uid,
+                options.volume_name_uuid_length,
+            )
+            .ok()
+        });
+        has_volume(claim, pv_name.as_deref(), |name| {
+            ctx.stores.volume(name).is_some() || ctx.unsaved.contains(name)
+        })
+    };
     if source::still_needed(
         SourceKind::Snapshot,
         &source.namespace,
         &source.name,
-        others,
+        restoring_claims(&claims, claim_uid, claim_has_volume),
     ) {
         return;
     }
@@ -529,6 +573,59 @@ mod tests {
                 got.push(key.1);
             }
             assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn claims_that_have_their_volume_do_not_hold_a_snapshot_for_another_restore() {
+        let restore = |uid: &str, volume_name: Option<&str>| {
+            let mut claim = claim(uid, "Pending", None);
+            claim.metadata.uid = Some(uid.into());
+            let spec = claim.spec.as_mut().unwrap();
+            spec.data_source = Some(TypedLocalObjectReference {
+                api_group: Some(source::SNAPSHOT_API_GROUP.into()),
+                kind: source::SNAPSHOT_KIND.into(),
+                name: "snap".into(),
+            });
+            spec.volume_name = volume_name.map(Into::into);
+            Arc::new(claim)
+        };
+        // The PVs the provisioner knows of (saved or waiting to be saved), by claim uid.
+        let known = |claim: &PersistentVolumeClaim| {
+            let pv = claim
+                .metadata
+                .uid
+                .as_deref()
+                .map(|uid| format!("pvc-{uid}"));
+            has_volume(claim, pv.as_deref(), |name| name == "pvc-saved")
+        };
+        let cases = [
+            (
+                "another restore without a volume",
+                restore("other", None),
+                true,
+            ),
+            (
+                "another restore whose PV is saved",
+                restore("saved", None),
+                false,
+            ),
+            (
+                "another restore bound to a PV",
+                restore("other", Some("pv-1")),
+                false,
+            ),
+            ("the claim itself", restore("self", None), false),
+        ];
+        for (name, other, want) in cases {
+            let claims = [restore("self", None), other];
+            let needed = source::still_needed(
+                SourceKind::Snapshot,
+                "ns",
+                "snap",
+                restoring_claims(&claims, "self", known),
+            );
+            assert_eq!(needed, want, "{name}");
         }
     }
 
