@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::request::ProvisionPlan;
+use crate::source::SourceRef;
 
 /// One claim whose volume may exist on the driver without a PV.
 #[derive(Debug, Clone)]
@@ -58,6 +59,15 @@ impl InProgress {
         if let Some(entry) = self.lock().get_mut(uid) {
             entry.volume_id = Some(volume_id);
         }
+    }
+
+    /// The data sources of the creates in progress, with their claim's UID: a source must stay
+    /// protected while a create from it may still run.
+    pub(crate) fn sources(&self) -> Vec<(String, SourceRef)> {
+        self.lock()
+            .iter()
+            .filter_map(|(uid, entry)| Some((uid.clone(), entry.plan.source.clone()?)))
+            .collect()
     }
 
     /// Forgets claim `uid`; returns its entry.
@@ -130,6 +140,42 @@ impl Infeasible {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::SourceKind;
+
+    fn entry(source: Option<SourceRef>) -> Entry {
+        Entry {
+            plan: Arc::new(ProvisionPlan {
+                pv_name: "pvc-1".into(),
+                request: proto::csi::v1::CreateVolumeRequest::default(),
+                provisioner_secret: None,
+                pv_secrets: crate::secrets::PvSecretRefs::default(),
+                topology: None,
+                requested_bytes: 0,
+                fs_type: String::new(),
+                block: false,
+                warnings: Vec::new(),
+                source,
+            }),
+            volume_id: None,
+        }
+    }
+
+    #[test]
+    fn the_sources_of_the_creates_in_progress_are_listed_with_their_claim() {
+        let snapshot = SourceRef {
+            kind: SourceKind::Snapshot,
+            namespace: "ns".into(),
+            name: "snap".into(),
+            api_group: crate::source::SNAPSHOT_API_GROUP.into(),
+            cross_namespace: false,
+        };
+        let in_progress = InProgress::default();
+        in_progress.insert("restore", entry(Some(snapshot.clone())));
+        in_progress.insert("plain", entry(None));
+        assert_eq!(in_progress.sources(), [("restore".to_owned(), snapshot)]);
+        in_progress.remove("restore");
+        assert!(in_progress.sources().is_empty());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn an_infeasible_claim_waits_out_the_window() {

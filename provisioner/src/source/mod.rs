@@ -515,26 +515,33 @@ pub(crate) fn decide_snapshot(
 }
 
 /// Whether some claim still needs `source` protected: a claim that is not yet bound (phase
-/// Pending or unset) and names it as its data source (upstream's clone-protection and
-/// snapshot-sweep rule; `dataSourceRef` with a namespace counts for cross-namespace sources).
+/// Pending or unset), not being deleted, and names it as its data source (upstream's
+/// clone-protection and snapshot-sweep rule; `dataSourceRef` with a namespace counts for
+/// cross-namespace sources), or a create still in flight from it (`in_flight`: the sources of
+/// the claims in progress). The latter covers a claim being deleted whose create is repeated
+/// from its stored plan until the driver answers: upstream's clone controller counts every
+/// Pending claim, terminating or not, for the same reason.
 pub(crate) fn still_needed<'a>(
     kind: SourceKind,
     namespace: &str,
     name: &str,
     claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
+    in_flight: impl IntoIterator<Item = &'a SourceRef>,
 ) -> bool {
-    claims.into_iter().any(|claim| {
-        let pending = matches!(
-            claim.status.as_ref().and_then(|s| s.phase.as_deref()),
-            None | Some("" | "Pending")
-        );
-        pending
-            && claim.metadata.deletion_timestamp.is_none()
-            && reference(claim, true)
-                .ok()
-                .flatten()
-                .is_some_and(|r| r.kind == kind && r.namespace == namespace && r.name == name)
-    })
+    let names = |r: &SourceRef| r.kind == kind && r.namespace == namespace && r.name == name;
+    in_flight.into_iter().any(names)
+        || claims.into_iter().any(|claim| {
+            let pending = matches!(
+                claim.status.as_ref().and_then(|s| s.phase.as_deref()),
+                None | Some("" | "Pending")
+            );
+            pending
+                && claim.metadata.deletion_timestamp.is_none()
+                && reference(claim, true)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|r| names(&r))
+        })
 }
 
 fn class_of(claim: &PersistentVolumeClaim) -> String {

@@ -441,25 +441,75 @@ fn only_pending_claims_keep_a_source_protected() {
     let pending = with_source(claim("a", "1Gi"), PVC_KIND, "src");
     let done = bound(with_source(claim("b", "1Gi"), PVC_KIND, "src"), "pv-b");
     let other = with_source(claim("c", "1Gi"), PVC_KIND, "other");
+    let none: [&SourceRef; 0] = [];
     assert!(still_needed(
         SourceKind::Clone,
         "ns",
         "src",
-        [&pending, &done]
+        [&pending, &done],
+        none
     ));
     assert!(!still_needed(
         SourceKind::Clone,
         "ns",
         "src",
-        [&done, &other]
+        [&done, &other],
+        none
     ));
-    assert!(!still_needed(SourceKind::Snapshot, "ns", "src", [&pending]));
+    assert!(!still_needed(
+        SourceKind::Snapshot,
+        "ns",
+        "src",
+        [&pending],
+        none
+    ));
     assert!(!still_needed(
         SourceKind::Clone,
         "elsewhere",
         "src",
-        [&pending]
+        [&pending],
+        none
     ));
+}
+
+#[test]
+fn a_create_still_in_flight_keeps_its_source_protected_while_its_claim_is_deleted() {
+    let mut terminating = with_source(claim("a", "1Gi"), PVC_KIND, "src");
+    terminating.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    let source = |kind, namespace: &str, name: &str| SourceRef {
+        kind,
+        namespace: namespace.into(),
+        name: name.into(),
+        api_group: String::new(),
+        cross_namespace: false,
+    };
+    let cases = [
+        ("nothing in flight", vec![], false),
+        (
+            "a create from the source",
+            vec![source(SourceKind::Clone, "ns", "src")],
+            true,
+        ),
+        (
+            "a create from another claim",
+            vec![source(SourceKind::Clone, "ns", "other")],
+            false,
+        ),
+        (
+            "a restore from a snapshot of that name",
+            vec![source(SourceKind::Snapshot, "ns", "src")],
+            false,
+        ),
+        (
+            "a create from that name in another namespace",
+            vec![source(SourceKind::Clone, "elsewhere", "src")],
+            false,
+        ),
+    ];
+    for (name, in_flight, want) in cases {
+        let needed = still_needed(SourceKind::Clone, "ns", "src", [&terminating], &in_flight);
+        assert_eq!(needed, want, "{name}");
+    }
 }
 
 #[test]

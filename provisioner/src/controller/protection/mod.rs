@@ -12,10 +12,14 @@
 //!   unprotected until its own next attempt).
 //! * [`sync_clone_source`]: the clone-protection controller (`--cloning-protection-threads`
 //!   workers): a source claim being deleted loses the cloning-protection finalizer once no
-//!   Pending claim clones it.
+//!   Pending claim clones it and no create from it is in progress.
 //! * [`sweep_snapshots`]: every `--snapshot-orphan-sweep-interval`, snapshots carrying our
 //!   finalizer that no Pending claim references lose it (attempts that never finished, e.g.
 //!   the claim was deleted).
+//!
+//! "Still needed" ([`source::still_needed`]) always includes the creates in progress
+//! ([`super::in_progress`]): a claim being deleted is no longer Pending for us, but its create is
+//! repeated from the stored plan, so its source stays protected until the driver has answered.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -327,6 +331,17 @@ fn restoring_claims<'a>(
         .filter(move |c| !has_volume(c))
 }
 
+/// The sources of the creates in progress but claim `claim_uid`'s.
+fn other_creates<'a>(
+    in_flight: &'a [(String, SourceRef)],
+    claim_uid: &'a str,
+) -> impl Iterator<Item = &'a SourceRef> {
+    in_flight
+        .iter()
+        .filter(move |(uid, _)| uid != claim_uid)
+        .map(|(_, source)| source)
+}
+
 /// After claim `claim_uid` is done with its snapshot (its PV is built, or it was deleted and its
 /// volume creation finished): unprotect the snapshot unless another claim restores from it.
 pub(crate) async fn release_snapshot<D>(ctx: &Context<D>, claim_uid: &str, plan: &ProvisionPlan) {
@@ -352,11 +367,13 @@ pub(crate) async fn release_snapshot<D>(ctx: &Context<D>, claim_uid: &str, plan:
             ctx.stores.volume(name).is_some() || ctx.unsaved.contains(name)
         })
     };
+    let in_flight = ctx.in_progress.sources();
     if source::still_needed(
         SourceKind::Snapshot,
         &source.namespace,
         &source.name,
         restoring_claims(&claims, claim_uid, claim_has_volume),
+        other_creates(&in_flight, claim_uid),
     ) {
         return;
     }
@@ -405,7 +422,7 @@ pub(crate) fn claim_changed(
 }
 
 /// One clone-protection work item: remove the finalizer of a source claim being deleted once
-/// no Pending claim of its namespace clones it; otherwise retry with backoff.
+/// no Pending claim clones it and no create from it is in progress; otherwise retry with backoff.
 pub(crate) async fn sync_clone_source<D>(ctx: &Context<D>, key: &SourceKey) -> Outcome {
     let (namespace, name) = key;
     let Some(claim) = ctx.stores.claim(namespace, name) else {
@@ -421,11 +438,13 @@ pub(crate) async fn sync_clone_source<D>(ctx: &Context<D>, key: &SourceKey) -> O
         return Outcome::Done;
     }
     let claims = ctx.stores.claims.state();
+    let in_flight = ctx.in_progress.sources();
     if source::still_needed(
         SourceKind::Clone,
         namespace,
         name,
         claims.iter().map(AsRef::as_ref),
+        in_flight.iter().map(|(_, from)| from),
     ) {
         return Outcome::Retry;
     }
@@ -463,6 +482,7 @@ pub(crate) async fn sweep_snapshots<D>(ctx: Arc<Context<D>>, interval: Duration)
             }
         };
         let claims = ctx.stores.claims.state();
+        let in_flight = ctx.in_progress.sources();
         for object in snapshots.into_iter().filter(has_finalizer) {
             let namespace = object.metadata.namespace.clone().unwrap_or_default();
             let name = object.metadata.name.clone().unwrap_or_default();
@@ -471,6 +491,7 @@ pub(crate) async fn sweep_snapshots<D>(ctx: Arc<Context<D>>, interval: Duration)
                 &namespace,
                 &name,
                 claims.iter().map(AsRef::as_ref),
+                in_flight.iter().map(|(_, from)| from),
             ) {
                 continue;
             }
@@ -624,6 +645,7 @@ mod tests {
                 "ns",
                 "snap",
                 restoring_claims(&claims, "self", known),
+                [],
             );
             assert_eq!(needed, want, "{name}");
         }
