@@ -37,8 +37,8 @@ use crate::plan_error::PlanError;
 use crate::request::ProvisionPlan;
 use crate::source::objects::{content_resource, grant_resource, snapshot_resource};
 use crate::source::{
-    self, CLONE_FINALIZER, CloneInputs, ContentView, GrantView, PVC_KIND, SNAPSHOT_FINALIZER,
-    SnapshotInputs, SnapshotView, SourceError, SourceKind, SourceRef,
+    self, CLONE_FINALIZER, CloneInputs, ContentView, GrantView, SNAPSHOT_FINALIZER, SnapshotInputs,
+    SnapshotView, SourceError, SourceKind, SourceRef,
 };
 
 use super::Context;
@@ -413,11 +413,12 @@ pub(crate) fn claim_changed(
         claim.status.as_ref().and_then(|s| s.phase.as_deref()),
         None | Some("" | "Pending")
     );
+    // The source as provisioning reads it: `dataSourceRef` may name another namespace.
     if (deleted || !pending || claim.metadata.deletion_timestamp.is_some())
-        && let Some(source) = claim.spec.as_ref().and_then(|s| s.data_source.as_ref())
-        && source.kind == PVC_KIND
+        && let Ok(Some(source)) = source::reference(claim, true)
+        && source.kind == SourceKind::Clone
     {
-        queue.add((namespace, source.name.clone()));
+        queue.add((source.namespace, source.name));
     }
 }
 
@@ -507,10 +508,12 @@ mod tests {
     use csi_common::workqueue::metrics::QueueMetrics;
     use k8s_openapi::api::core::v1::{
         PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, TypedLocalObjectReference,
+        TypedObjectReference,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     use super::*;
+    use crate::source::PVC_KIND;
 
     fn claim(name: &str, phase: &str, clones: Option<&str>) -> PersistentVolumeClaim {
         PersistentVolumeClaim {
@@ -540,6 +543,22 @@ mod tests {
         claim
     }
 
+    /// `claim` cloning `namespace/name` through `dataSourceRef` (no `dataSource`: the API server
+    /// copies only same-namespace references).
+    fn cross_namespace(
+        mut claim: PersistentVolumeClaim,
+        namespace: &str,
+        name: &str,
+    ) -> PersistentVolumeClaim {
+        claim.spec.as_mut().unwrap().data_source_ref = Some(TypedObjectReference {
+            api_group: None,
+            kind: PVC_KIND.into(),
+            name: name.into(),
+            namespace: Some(namespace.into()),
+        });
+        claim
+    }
+
     #[tokio::test]
     async fn claim_changes_queue_the_sources_that_may_be_released() {
         let cases: Vec<(&str, PersistentVolumeClaim, bool, Vec<&str>)> = vec![
@@ -547,7 +566,7 @@ mod tests {
                 "protected source being deleted",
                 deleting(claim("src", "Bound", None), CLONE_FINALIZER),
                 false,
-                vec!["src"],
+                vec!["ns/src"],
             ),
             (
                 "deleted without our finalizer",
@@ -559,7 +578,7 @@ mod tests {
                 "clone bound",
                 claim("copy", "Bound", Some("src")),
                 false,
-                vec!["src"],
+                vec!["ns/src"],
             ),
             (
                 "clone pending",
@@ -571,13 +590,25 @@ mod tests {
                 "pending clone deleted",
                 claim("copy", "Pending", Some("src")),
                 true,
-                vec!["src"],
+                vec!["ns/src"],
             ),
             (
                 "plain claim bound",
                 claim("plain", "Bound", None),
                 false,
                 vec![],
+            ),
+            (
+                "cross-namespace clone bound",
+                cross_namespace(claim("copy", "Bound", None), "other", "src"),
+                false,
+                vec!["other/src"],
+            ),
+            (
+                "pending cross-namespace clone deleted",
+                cross_namespace(claim("copy", "Pending", None), "other", "src"),
+                true,
+                vec!["other/src"],
             ),
         ];
         for (name, changed, deleted, want) in cases {
@@ -591,7 +622,7 @@ mod tests {
             while !queue.is_empty() {
                 let key = queue.get().await.unwrap();
                 queue.done(&key);
-                got.push(key.1);
+                got.push(format!("{}/{}", key.0, key.1));
             }
             assert_eq!(got, want, "{name}");
         }
