@@ -210,8 +210,10 @@ pub(crate) enum SourceError {
     /// The source claim is not Bound.
     #[error("the PVC {0} is not yet bound to a PV, will not attempt to use it as a clone source")]
     CloneSourceNotBound(String),
-    /// The source or the new claim has no StorageClass.
-    #[error("the {which} PVC {claim} has no storage class; cloning needs one on both claims")]
+    /// The source or the new claim has no `spec.storageClassName`.
+    #[error(
+        "the {which} PVC {claim} has no spec.storageClassName; cloning needs one on both claims"
+    )]
     CloneNoStorageClass {
         /// "source" or "requested".
         which: &'static str,
@@ -333,13 +335,15 @@ pub(crate) fn decide_clone(
     if source.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
         return Err(SourceError::CloneSourceNotBound(full));
     }
-    if class_of(source).is_empty() {
+    // Upstream checks `spec.storageClassName == nil` on both claims: the beta annotation does
+    // not count, and the empty class (a statically bound source) passes.
+    if !has_class_field(source) {
         return Err(SourceError::CloneNoStorageClass {
             which: "source",
             claim: full,
         });
     }
-    if class_of(inputs.claim).is_empty() {
+    if !has_class_field(inputs.claim) {
         return Err(SourceError::CloneNoStorageClass {
             which: "requested",
             claim: inputs.claim.metadata.name.clone().unwrap_or_default(),
@@ -544,8 +548,11 @@ pub(crate) fn still_needed<'a>(
         })
 }
 
-fn class_of(claim: &PersistentVolumeClaim) -> String {
-    crate::annotations::claim_class_name(claim)
+fn has_class_field(claim: &PersistentVolumeClaim) -> bool {
+    claim
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.storage_class_name.is_some())
 }
 
 fn volume_mode(claim: &PersistentVolumeClaim) -> &str {

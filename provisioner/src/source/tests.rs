@@ -168,12 +168,52 @@ fn clone_sources_are_checked_like_upstream() {
                 "the source PVC and destination PVCs must have the same volume mode for cloning. Source is Filesystem. Requested is Block",
             ),
         ),
+    ];
+    check_clone_cases(cases);
+}
+
+#[test]
+fn a_clone_needs_spec_storage_class_name_on_both_claims_as_upstream() {
+    let cases: Vec<(&str, CloneEdit, Option<&str>)> = vec![
         (
             "no class on the new claim",
             |c, _, _| c.spec.as_mut().unwrap().storage_class_name = None,
-            Some("the requested PVC new has no storage class; cloning needs one on both claims"),
+            Some(
+                "the requested PVC new has no spec.storageClassName; cloning needs one on both claims",
+            ),
+        ),
+        (
+            "the new claim's class only in the beta annotation",
+            |c, _, _| *c = beta_class_only(c.clone()),
+            Some(
+                "the requested PVC new has no spec.storageClassName; cloning needs one on both claims",
+            ),
+        ),
+        (
+            "the source's class only in the beta annotation",
+            |_, s, _| *s = s.clone().map(beta_class_only),
+            Some(
+                "the source PVC ns/src has no spec.storageClassName; cloning needs one on both claims",
+            ),
+        ),
+        (
+            "a source with the empty class (statically bound) passes upstream's nil check",
+            |_, s, _| {
+                s.as_mut()
+                    .unwrap()
+                    .spec
+                    .as_mut()
+                    .unwrap()
+                    .storage_class_name = Some(String::new());
+            },
+            None,
         ),
     ];
+    check_clone_cases(cases);
+}
+
+/// Runs [`decide_clone`] for a 1Gi claim cloning a bound 1Gi source after each edit.
+fn check_clone_cases(cases: Vec<(&str, CloneEdit, Option<&str>)>) {
     for (name, edit, want) in cases {
         let mut new = claim("new", "1Gi");
         let src = bound(claim("src", "1Gi"), "pv-src");
@@ -200,6 +240,16 @@ fn clone_sources_are_checked_like_upstream() {
             Some(message) => assert_eq!(got.unwrap_err().to_string(), message, "{name}"),
         }
     }
+}
+
+/// `claim` naming its class only in the `volume.beta.kubernetes.io/storage-class` annotation.
+fn beta_class_only(mut claim: PersistentVolumeClaim) -> PersistentVolumeClaim {
+    let class = claim.spec.as_mut().unwrap().storage_class_name.take();
+    claim.metadata.annotations = Some(BTreeMap::from([(
+        "volume.beta.kubernetes.io/storage-class".to_owned(),
+        class.unwrap_or_default(),
+    )]));
+    claim
 }
 
 fn snapshot_ref() -> SourceRef {
