@@ -331,26 +331,6 @@ fn restoring_claims<'a>(
         .filter(move |c| !has_volume(c))
 }
 
-/// Whether PV `name` exists according to the API server; `false` also when it cannot be read
-/// (the snapshot then stays protected: a finalizer too many is safer than one too few).
-async fn volume_saved<D>(ctx: &Context<D>, name: Option<&str>) -> bool {
-    let Some(name) = name else {
-        return false;
-    };
-    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    match api.get_opt(name).await {
-        Ok(found) => found.is_some(),
-        Err(err) => {
-            tracing::warn!(
-                volume = name,
-                error = error_text(&err),
-                "cannot read a PV to decide whether a snapshot is still needed"
-            );
-            false
-        }
-    }
-}
-
 /// The sources of the creates in progress but claim `claim_uid`'s.
 fn other_creates<'a>(
     in_flight: &'a [(String, SourceRef)],
@@ -372,49 +352,30 @@ pub(crate) async fn release_snapshot<D>(ctx: &Context<D>, claim_uid: &str, plan:
     else {
         return;
     };
-    let in_flight = ctx.in_progress.sources();
-    let needed_by = |claims: &[&PersistentVolumeClaim], in_flight: &[&SourceRef]| {
-        source::still_needed(
-            SourceKind::Snapshot,
-            &source.namespace,
-            &source.name,
-            claims.iter().copied(),
-            in_flight.iter().copied(),
-        )
-    };
-    if needed_by(
-        &[],
-        &other_creates(&in_flight, claim_uid).collect::<Vec<_>>(),
-    ) {
-        return;
-    }
+    let claims = ctx.stores.claims.state();
     let options = &ctx.options;
-    let pv_name_of = |claim: &PersistentVolumeClaim| {
-        let uid = claim.metadata.uid.as_deref()?;
-        volume_name(
-            &options.volume_name_prefix,
-            uid,
-            options.volume_name_uuid_length,
-        )
-        .ok()
-    };
     let claim_has_volume = |claim: &PersistentVolumeClaim| {
-        has_volume(claim, pv_name_of(claim).as_deref(), |name| {
+        let pv_name = claim.metadata.uid.as_deref().and_then(|uid| {
+            volume_name(
+                &options.volume_name_prefix,
+                uid,
+                options.volume_name_uuid_length,
+            )
+            .ok()
+        });
+        has_volume(claim, pv_name.as_deref(), |name| {
             ctx.stores.volume(name).is_some() || ctx.unsaved.contains(name)
         })
     };
-    let claims = ctx.stores.claims.state();
-    let waiting: Vec<&PersistentVolumeClaim> =
-        restoring_claims(&claims, claim_uid, claim_has_volume)
-            .filter(|claim| needed_by(&[claim], &[]))
-            .collect();
-    for claim in waiting {
-        // The PV cache may not show yet a PV saved a moment ago: of two restores saved at the
-        // same time, each would see the other without one and keep the finalizer. The API
-        // server orders the two saves, so at least the later release sees both.
-        if !volume_saved(ctx, pv_name_of(claim).as_deref()).await {
-            return;
-        }
+    let in_flight = ctx.in_progress.sources();
+    if source::still_needed(
+        SourceKind::Snapshot,
+        &source.namespace,
+        &source.name,
+        restoring_claims(&claims, claim_uid, claim_has_volume),
+        other_creates(&in_flight, claim_uid),
+    ) {
+        return;
     }
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &source.namespace, &snapshot_resource());
