@@ -16,7 +16,7 @@
 //! * [`metrics`]: the three `csistoragecapacities_*` gauges.
 //!
 //! Beyond upstream, a key whose capacity did not change is polled less and less often
-//! (doubling up to [`decide::MAX_POLL_FACTOR`] × `--capacity-poll-interval`, with jitter),
+//! (doubling up to `decide::MAX_POLL_FACTOR` (8) × `--capacity-poll-interval`, with jitter),
 //! while provisioning or deleting a volume in its segment polls it at once; objects are
 //! written only when a value differs from the cached object (provisioner/README.md).
 
