@@ -7,9 +7,10 @@
 //! resume, 410 Expired after compaction), LIST with selectors and pagination, WATCH with
 //! bookmarks and streaming lists, create/update/patch/delete with optimistic concurrency,
 //! finalizers, status subresources, admission defaults, validation (422 with causes), discovery
-//! (with resources switched off as `--runtime-config` does, [`Config::disabled_resources`])
-//! and fault injection. What it does not: authentication/authorization (everything is
-//! allowed), managedFields, protobuf, YAML bodies other than JSON, garbage collection of
+//! (with resources switched off as `--runtime-config` does, [`Config::disabled_resources`]),
+//! `managedFields` on every object (`managed`, simplified) and fault injection. What it does
+//! not: authentication/authorization (everything is allowed), server-side apply's conflict
+//! detection, protobuf, YAML bodies other than JSON, garbage collection of
 //! dependents, controllers (no PV binder, no pvc-protection controller: the finalizers it adds
 //! stay until a client removes them).
 
@@ -23,6 +24,7 @@ mod faults;
 mod handlers;
 mod kubeconfig;
 mod list;
+mod managed;
 mod namespaces;
 pub mod patch;
 mod quantity;

@@ -1,27 +1,55 @@
 //! How many resource requests the server has received, by Kubernetes verb and resource: the
 //! positive signal a test waits for (for example that a client opened a new watch after the
 //! last one expired) instead of sleeping. kube-apiserver's own `apiserver_request_total` has
-//! more labels; this fake keeps the two a test needs.
+//! more labels; this fake keeps the two a test needs, and the same counts per client (the
+//! product of its `User-Agent`, what kube-apiserver's audit log and managedFields name it by),
+//! so a bench can tell a sidecar's requests from the controller-manager stand-in's.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 
 /// Request counts of an [`super::ApiServer`] (see [`super::ApiServer::requests`]).
 #[derive(Debug, Default)]
-pub struct RequestCounts(Mutex<HashMap<(String, String), usize>>);
+pub struct RequestCounts {
+    all: Mutex<HashMap<(String, String), usize>>,
+    by_client: Mutex<HashMap<(String, String, String), usize>>,
+}
 
 impl RequestCounts {
-    pub(crate) fn count(&self, verb: &str, resource: &str) {
-        let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Counts one request of `client` (see [`client_of`]).
+    pub(crate) fn count(&self, client: &str, verb: &str, resource: &str) {
+        let mut counts = self.all.lock().unwrap_or_else(PoisonError::into_inner);
         *counts
             .entry((verb.to_owned(), resource.to_owned()))
             .or_default() += 1;
+        drop(counts);
+        let mut counts = self
+            .by_client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *counts
+            .entry((client.to_owned(), verb.to_owned(), resource.to_owned()))
+            .or_default() += 1;
+    }
+
+    /// Every count of `client` (a `User-Agent` product such as `csi-provisioner`) so far, by
+    /// (verb, resource).
+    pub fn snapshot_of(&self, client: &str) -> BTreeMap<(String, String), usize> {
+        let counts = self
+            .by_client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        counts
+            .iter()
+            .filter(|((c, _, _), _)| c == client)
+            .map(|((_, verb, resource), n)| ((verb.clone(), resource.clone()), *n))
+            .collect()
     }
 
     /// Requests received so far with Kubernetes verb `verb` (`get`, `list`, `watch`, ...) on
     /// `resource` (`plural` or `plural/status`), failed ones included.
     pub fn get(&self, verb: &str, resource: &str) -> usize {
-        let counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let counts = self.all.lock().unwrap_or_else(PoisonError::into_inner);
         counts
             .get(&(verb.to_owned(), resource.to_owned()))
             .copied()
@@ -32,9 +60,16 @@ impl RequestCounts {
     /// the clients did in it, including requests nobody thought to ask about (the bench's
     /// API request accounting).
     pub fn snapshot(&self) -> BTreeMap<(String, String), usize> {
-        let counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let counts = self.all.lock().unwrap_or_else(PoisonError::into_inner);
         counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
+}
+
+/// The client a request comes from, as kube-apiserver names a field manager by default: the
+/// `User-Agent` up to its first `/` (`csi-provisioner/v6.0.0 (linux/amd64)` is
+/// `csi-provisioner`); empty without one.
+pub(crate) fn client_of(user_agent: Option<&str>) -> &str {
+    user_agent.map_or("", |agent| agent.split('/').next().unwrap_or(agent))
 }
 
 #[cfg(test)]
@@ -44,10 +79,10 @@ mod tests {
     #[test]
     fn a_snapshot_holds_every_verb_and_resource_counted() {
         let counts = RequestCounts::default();
-        counts.count("patch", "volumeattachments");
-        counts.count("patch", "volumeattachments");
-        counts.count("patch", "volumeattachments/status");
-        counts.count("watch", "persistentvolumes");
+        counts.count("csi-attacher", "patch", "volumeattachments");
+        counts.count("csi-attacher", "patch", "volumeattachments");
+        counts.count("csi-attacher", "patch", "volumeattachments/status");
+        counts.count("kube-controller-manager", "watch", "persistentvolumes");
         let key = |verb: &str, resource: &str| (verb.to_owned(), resource.to_owned());
         assert_eq!(
             counts.snapshot(),
@@ -57,5 +92,37 @@ mod tests {
                 (key("watch", "persistentvolumes"), 1),
             ])
         );
+    }
+
+    #[test]
+    fn each_clients_requests_are_counted_apart() {
+        let counts = RequestCounts::default();
+        counts.count("csi-provisioner", "create", "persistentvolumes");
+        counts.count(
+            "kube-controller-manager",
+            "update",
+            "persistentvolumes/status",
+        );
+        counts.count("csi-provisioner", "create", "persistentvolumes");
+        let key = |verb: &str, resource: &str| (verb.to_owned(), resource.to_owned());
+        assert_eq!(
+            counts.snapshot_of("csi-provisioner"),
+            BTreeMap::from([(key("create", "persistentvolumes"), 2)])
+        );
+        assert_eq!(
+            counts.snapshot_of("kube-controller-manager"),
+            BTreeMap::from([(key("update", "persistentvolumes/status"), 1)])
+        );
+        assert_eq!(counts.snapshot().len(), 2);
+    }
+
+    #[test]
+    fn a_client_is_named_by_its_user_agent_product() {
+        assert_eq!(
+            client_of(Some("csi-provisioner/v6.0.0 (linux/amd64)")),
+            "csi-provisioner"
+        );
+        assert_eq!(client_of(Some("kubectl")), "kubectl");
+        assert_eq!(client_of(None), "");
     }
 }

@@ -13,7 +13,7 @@ use http::{HeaderMap, Method, StatusCode, header};
 use super::request::{Format, Query, ResourceRequest};
 use super::resources::{self, ResourceInfo};
 use super::status::ApiError;
-use super::{Shared, delete, discovery, handlers, list, watch};
+use super::{Shared, delete, discovery, handlers, list, requests, watch};
 
 /// Largest request body accepted (kube-apiserver's limit is 3 MiB per object).
 const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -198,7 +198,13 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
                 Some(sub) => format!("{}/{sub}", info.plural),
                 None => info.plural.to_owned(),
             };
-            shared.requests.count(verb, &fault_resource);
+            let agent = parts
+                .headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok());
+            shared
+                .requests
+                .count(requests::client_of(agent), verb, &fault_resource);
             if let Some(code) = shared.faults.check(verb, &fault_resource) {
                 return ApiError::injected(code).into_response();
             }
