@@ -12,6 +12,7 @@ mod attacher;
 mod burst;
 mod cache;
 mod calls;
+mod preload;
 mod procfs;
 mod provisioner;
 mod queue;
@@ -65,7 +66,8 @@ struct Args {
     #[arg(long, default_value_t = 200)]
     attachments: usize,
     /// Attacher: PVs with an attached VolumeAttachment each; resizer: bound PVC+PV pairs;
-    /// stored before the second RSS reading.
+    /// stored before the second RSS reading. Provisioner: bound PVC+PV pairs stored before
+    /// it starts (a fresh start with that many objects).
     #[arg(long, default_value_t = 2000)]
     cached: usize,
     /// Resizer: bound claims whose request is raised from 1Gi to 2Gi at once.
