@@ -1131,7 +1131,10 @@ async fn writes_record_managed_fields_by_user_agent_and_answers_carry_them() {
     .await;
     assert_eq!(patched.status, 200, "{}", patched.body);
     let read = get(&s, &format!("{PVCS}/fx-managed")).await.json();
-    let entries = read["metadata"]["managedFields"].as_array().unwrap().clone();
+    let entries = read["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(entries.len(), 2, "{entries:?}");
     assert_eq!(entries[1]["manager"], "kube-controller-manager");
     assert_eq!(entries[1]["subresource"], "status");

@@ -22,6 +22,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::json;
+use testbed_cluster::apiserver::ApiServer;
 use testbed_cluster::kcm::{self, ControllerManager};
 use testbed_mock_csi::{DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID};
 use testbed_support::process::{self, ChildProcess};
@@ -69,6 +70,11 @@ pub(crate) struct Measured {
     load_after: Option<String>,
     rss_loaded_kib: Option<u64>,
     delete_wall: Option<Duration>,
+    /// The provisioner's API requests from the first create to the settle time after the last
+    /// PV (Events included).
+    provision_requests: Option<Counts>,
+    /// The same from the first claim deletion to the settle time after the last PV went.
+    delete_requests: Option<Counts>,
     failures: Vec<String>,
 }
 
@@ -167,13 +173,7 @@ impl Report {
             "| delete wall time (claims deleted to last PV gone) | {} |",
             m.delete_wall.map_or_else(na, ms)
         );
-        if let Some(counts) = &m.startup.requests {
-            let _ = writeln!(
-                s,
-                "\nAPI requests of csi-provisioner during the start-up:\n"
-            );
-            s.push_str(&requests::table(counts, 1, "per start", &UPSTREAM_START));
-        }
+        self.render_requests(&mut s);
         let _ = writeln!(
             s,
             "\nCPU time comes from /proc in 10 ms ticks. Latency runs from the moment the \
@@ -182,6 +182,37 @@ impl Report {
         );
         s.push_str(&result(&m.failures));
         s
+    }
+
+    /// The request tables: per provision, per deletion, per start.
+    fn render_requests(&self, s: &mut String) {
+        use std::fmt::Write as _;
+        let m = &self.measured;
+        if let Some(counts) = &m.provision_requests {
+            let _ = writeln!(s, "\nAPI requests of csi-provisioner per provision:\n");
+            s.push_str(&requests::table(
+                counts,
+                m.latencies.len(),
+                "per provision",
+                &UPSTREAM_PROVISION,
+            ));
+        }
+        if let Some(counts) = &m.delete_requests {
+            let _ = writeln!(s, "\nAPI requests of csi-provisioner per deletion:\n");
+            s.push_str(&requests::table(
+                counts,
+                self.claims,
+                "per deletion",
+                &UPSTREAM_DELETE,
+            ));
+        }
+        if let Some(counts) = &m.startup.requests {
+            let _ = writeln!(
+                s,
+                "\nAPI requests of csi-provisioner during the start-up:\n"
+            );
+            s.push_str(&requests::table(counts, 1, "per start", &UPSTREAM_START));
+        }
     }
 }
 
@@ -398,8 +429,31 @@ async fn delete_fixtures(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What upstream v6.3 sends per provision (fixtures/traffic/go-sidecar-requests.txt,
+/// 15:35:48): the `Provisioning` and `ProvisioningSucceeded` Events and the PV (its finalizer
+/// included).
+const UPSTREAM_PROVISION: [requests::Expected; 2] =
+    [("create", "events", 2), ("create", "persistentvolumes", 1)];
+
+/// What upstream v6.3 sends per deletion of a Delete-policy PV (same capture, 15:36:06): the
+/// delete, then the patch that removes its finalizer.
+const UPSTREAM_DELETE: [requests::Expected; 2] = [
+    ("delete", "persistentvolumes", 1),
+    ("patch", "persistentvolumes", 1),
+];
+
+/// The provisioner's requests since `before`.
+fn provisioner_requests(server: &ApiServer, before: &Counts) -> Counts {
+    requests::sent_by_others(
+        before,
+        &server.requests().snapshot_of(PROVISIONER),
+        &Counts::new(),
+    )
+}
+
 /// Measures with a running provisioner; every failure lands in `m.failures`.
 async fn measure(
+    server: &ApiServer,
     client: &Client,
     provisioner: &ChildProcess,
     args: &Args,
@@ -412,18 +466,25 @@ async fn measure(
     let timeout = Duration::from_secs(args.timeout_secs);
     tokio::time::sleep(settle).await;
     m.rss_idle_kib = Some(rss_kib(pid)?);
+    let before = server.requests().snapshot_of(PROVISIONER);
     let burst_result = burst(client, provisioner, pid, args.claims, timeout, m).await;
     if let Err(e) = &burst_result {
         m.failures.push(format!("{e:#}"));
     } else {
         tokio::time::sleep(settle).await;
+        m.provision_requests = Some(provisioner_requests(server, &before));
         match rss_kib(pid) {
             Ok(v) => m.rss_loaded_kib = Some(v),
             Err(e) => m.failures.push(format!("{e:#}")),
         }
     }
+    let before = server.requests().snapshot_of(PROVISIONER);
     match delete_all(client, args.claims, timeout).await {
-        Ok(d) => m.delete_wall = Some(d),
+        Ok(d) => {
+            m.delete_wall = Some(d);
+            tokio::time::sleep(settle).await;
+            m.delete_requests = Some(provisioner_requests(server, &before));
+        }
         Err(e) => m.failures.push(format!("cleanup: {e:#}")),
     }
     Ok(())
@@ -442,7 +503,7 @@ const UPSTREAM_START: [requests::Expected; 6] = [
 
 /// Waits for the start-up milestones after the diagnostics endpoint answered.
 async fn start_up(
-    server: &testbed_cluster::apiserver::ApiServer,
+    server: &ApiServer,
     provisioner: &mut ChildProcess,
     http: std::net::SocketAddr,
     (spawned, before): (Instant, &Counts),
@@ -507,7 +568,9 @@ pub(crate) async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<Report
             .await
             {
                 measured.failures.push(format!("{e:#}"));
-            } else if let Err(e) = measure(&client, &provisioner, args, &mut measured).await {
+            } else if let Err(e) =
+                measure(&cluster.server, &client, &provisioner, args, &mut measured).await
+            {
                 measured.failures.push(format!("{e:#}"));
             }
         }
