@@ -1097,7 +1097,11 @@ async fn a_disabled_resource_is_absent_from_discovery_and_its_paths_are_unknown(
 /// `User-Agent` product, and every answer carries the entries (objects/pvc-2-bound.json).
 #[tokio::test]
 async fn writes_record_managed_fields_by_user_agent_and_answers_carry_them() {
-    let s = fixture_server().await;
+    let s = ApiServer::with_config(testbed_cluster::apiserver::Config {
+        managed_fields: true,
+        namespaces: vec!["fixtures".to_owned()],
+        ..testbed_cluster::apiserver::Config::default()
+    });
     let body = pvc("fx-managed").to_string();
     let created = send_with(
         &s,

@@ -177,7 +177,9 @@ fn create_locked(
         let mut obj = render::to_storage(info, candidate);
         admission::admit_create(storage, &mut obj, inner);
         admission::prepare_create(storage, &mut obj);
-        managed::record(None, &mut obj, &writer(req), &admission::now());
+        if req.managed_fields {
+            managed::record(None, &mut obj, &writer(req), &admission::now());
+        }
         if info.view == resources::View::Native {
             let errors = validation::validate_object(info, &obj);
             if !errors.is_empty() {
@@ -288,7 +290,9 @@ fn write_update(
         _ => Subresource::Main,
     };
     admission::prepare_update(storage, old, &mut new, sub);
-    managed::record(Some(old), &mut new, &writer(req), &admission::now());
+    if req.managed_fields {
+        managed::record(Some(old), &mut new, &writer(req), &admission::now());
+    }
     let mut errors = Vec::new();
     if info.view == resources::View::Native {
         errors.extend(validation::validate_object(info, &new));

@@ -219,6 +219,7 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
                 query,
                 headers: parts.headers,
                 format,
+                managed_fields: shared.config.managed_fields,
             };
             let result = serve(&shared, &parts.method, req, body).await;
             result.unwrap_or_else(IntoResponse::into_response)
