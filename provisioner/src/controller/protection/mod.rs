@@ -303,11 +303,10 @@ pub(crate) async fn release_snapshot<D>(ctx: &Context<D>, claim_uid: &str, plan:
     else {
         return;
     };
-    let others = ctx.stores.claims.state();
+    let others = ctx.stores.full_claims();
     let others = others
         .iter()
-        .filter(|c| c.metadata.uid.as_deref() != Some(claim_uid))
-        .map(AsRef::as_ref);
+        .filter(|c| c.metadata.uid.as_deref() != Some(claim_uid));
     if source::still_needed(
         SourceKind::Snapshot,
         &source.namespace,
@@ -376,13 +375,8 @@ pub(crate) async fn sync_clone_source<D>(ctx: &Context<D>, key: &SourceKey) -> O
     if !protected || claim.metadata.deletion_timestamp.is_none() {
         return Outcome::Done;
     }
-    let claims = ctx.stores.claims.state();
-    if source::still_needed(
-        SourceKind::Clone,
-        namespace,
-        name,
-        claims.iter().map(AsRef::as_ref),
-    ) {
+    let claims = ctx.stores.full_claims();
+    if source::still_needed(SourceKind::Clone, namespace, name, claims.iter()) {
         return Outcome::Retry;
     }
     let mut updated = (*claim).clone();
@@ -418,7 +412,7 @@ pub(crate) async fn sweep_snapshots<D>(ctx: Arc<Context<D>>, interval: Duration)
                 continue;
             }
         };
-        let claims = ctx.stores.claims.state();
+        let claims = ctx.stores.full_claims();
         for object in snapshots.into_iter().filter(has_finalizer) {
             let namespace = object.metadata.namespace.clone().unwrap_or_default();
             let name = object.metadata.name.clone().unwrap_or_default();
@@ -426,7 +420,7 @@ pub(crate) async fn sweep_snapshots<D>(ctx: Arc<Context<D>>, interval: Duration)
                 SourceKind::Snapshot,
                 &namespace,
                 &name,
-                claims.iter().map(AsRef::as_ref),
+                claims.iter(),
             ) {
                 continue;
             }

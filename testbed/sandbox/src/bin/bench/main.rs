@@ -13,6 +13,7 @@ mod burst;
 mod cache;
 mod calls;
 mod capacity;
+mod preload;
 mod procfs;
 mod provisioner;
 mod queue;
@@ -68,7 +69,8 @@ struct Args {
     #[arg(long, default_value_t = 200)]
     attachments: usize,
     /// Attacher: PVs with an attached VolumeAttachment each; resizer: bound PVC+PV pairs;
-    /// stored before the second RSS reading.
+    /// stored before the second RSS reading. Provisioner: bound PVC+PV pairs stored before
+    /// it starts (a fresh start with that many objects).
     #[arg(long, default_value_t = 2000)]
     cached: usize,
     /// Capacity: Nodes, one topology segment each.

@@ -65,9 +65,14 @@ impl std::fmt::Debug for Cluster {
 
 impl Cluster {
     /// Starts both, with the driver's default configuration (CONTROLLER_SERVICE with
-    /// CREATE_DELETE_VOLUME and PUBLISH_UNPUBLISH_VOLUME), and stores the Node and CSINode.
+    /// CREATE_DELETE_VOLUME and PUBLISH_UNPUBLISH_VOLUME) and the API server recording
+    /// `managedFields`, and stores the Node and CSINode.
     pub(crate) async fn start(work_dir: &Path) -> anyhow::Result<Self> {
-        let server = ApiServer::new();
+        // With managedFields, as kube-apiserver: the sidecars' caches must cope with them.
+        let server = ApiServer::with_config(testbed_cluster::apiserver::Config {
+            managed_fields: true,
+            ..testbed_cluster::apiserver::Config::default()
+        });
         let listening = server
             .listen()
             .await
