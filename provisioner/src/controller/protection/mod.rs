@@ -416,12 +416,7 @@ pub(crate) async fn sweep_snapshots<D>(ctx: Arc<Context<D>>, interval: Duration)
         for object in snapshots.into_iter().filter(has_finalizer) {
             let namespace = object.metadata.namespace.clone().unwrap_or_default();
             let name = object.metadata.name.clone().unwrap_or_default();
-            if source::still_needed(
-                SourceKind::Snapshot,
-                &namespace,
-                &name,
-                claims.iter(),
-            ) {
+            if source::still_needed(SourceKind::Snapshot, &namespace, &name, claims.iter()) {
                 continue;
             }
             let namespaced: Api<DynamicObject> =
