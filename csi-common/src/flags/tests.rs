@@ -518,6 +518,11 @@ fn go_duration_follows_time_parse_duration() {
         ("9223372036.854775807s", ns(9_223_372_036_854_775_807)),
         ("0.9223372036854775807s", ns(922_337_203)),
         ("2562047h47m16.854775807s", ns(9_223_372_036_854_775_807)),
+        // Found by tests/properties.rs: 20 fraction digits overflowed the scale (a panic in
+        // debug builds, a wrong value in release).
+        (".00000000000000000000s", Duration::ZERO),
+        ("1.000000000000000000000000001h", Duration::from_hours(1)),
+        ("0.000000000000000000009h", Duration::ZERO),
     ];
     for &(input, want) in table {
         assert_eq!(go_duration(input), Ok(want), "{input}");

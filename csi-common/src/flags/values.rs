@@ -123,14 +123,18 @@ pub(super) fn parse_duration_nanos(orig: &str) -> Result<i64, String> {
                 if overflow {
                     continue;
                 }
+                // The scale can overflow before the value does (leading zeros: ".000…"); Go
+                // keeps it in a float64. Digits past 10^19 are below a nanosecond of any unit,
+                // so stopping there changes nothing.
                 match frac
                     .checked_mul(10)
                     .and_then(|x| x.checked_add(u64::from(c - b'0')))
                     .filter(|&x| x < GO_DURATION_LIMIT)
+                    .zip(scale.checked_mul(10))
                 {
-                    Some(x) => {
+                    Some((x, next_scale)) => {
                         frac = x;
-                        scale *= 10;
+                        scale = next_scale;
                     }
                     None => overflow = true,
                 }
