@@ -358,6 +358,26 @@ fn a_malformed_lease_label_is_a_usage_error() {
 }
 
 #[test]
+fn a_lease_label_the_api_server_would_refuse_is_a_usage_error() {
+    for bad in [
+        "\u{202e}:\u{1}",
+        "-team:storage",
+        "team:gold-",
+        "Example.com/team:x",
+        "/team:x",
+        "team:has space",
+        &format!("team:{}", "x".repeat(64)),
+        &format!("{}:x", "k".repeat(64)),
+    ] {
+        let err = parse_err(&[&format!("--leader-election-labels={bad}")]);
+        assert_eq!(err.exit_code(), 2, "{bad:?}");
+        assert!(err.to_string().contains("invalid label"), "{err}");
+    }
+    let ok = parse_ok(&["--leader-election-labels=example.com/team:storage,tier:,a.b_c-d:X.y_z"]);
+    assert_eq!(ok.common.leader_election.labels().len(), 3);
+}
+
+#[test]
 fn an_unknown_logging_format_is_a_usage_error() {
     let err = parse_err(&["--logging-format=xml"]);
     assert_eq!(err.kind(), ErrorKind::InvalidValue);
