@@ -163,15 +163,48 @@ impl Provisioning {
         }
     }
 
+    /// What the store and the driver say about the first few claims without a PV.
+    fn stuck(&self, rig: &Rig) -> anyhow::Result<Vec<String>> {
+        let requests: Vec<(String, Option<tonic::Code>)> = rig
+            .driver
+            .calls_of(Method::CreateVolume)
+            .iter()
+            .filter_map(|c| Some((c.decode::<CreateVolumeRequest>().ok()?.name, c.code)))
+            .collect();
+        let mut stuck = Vec::new();
+        for name in self.pending(rig)?.into_iter().take(3) {
+            let claim = rig
+                .server
+                .get_object::<PersistentVolumeClaim>(Some(NAMESPACE), &name)?;
+            let uid = claim.as_ref().and_then(|c| c.metadata.uid.clone());
+            let annotations: Vec<String> = claim
+                .as_ref()
+                .and_then(|c| c.metadata.annotations.clone())
+                .unwrap_or_default()
+                .into_keys()
+                .collect();
+            let calls: Vec<String> = requests
+                .iter()
+                .filter(|(n, _)| uid.as_ref().is_some_and(|uid| *n == format!("pvc-{uid}")))
+                .map(|(_, code)| format!("{code:?}"))
+                .collect();
+            stuck.push(format!(
+                "{name} (uid {uid:?}): annotations {annotations:?}, CreateVolume answers {calls:?}"
+            ));
+        }
+        Ok(stuck)
+    }
+
     pub(crate) async fn verdict(&mut self, rig: &mut Rig) -> anyhow::Result<Verdict> {
         let mut verdict = Verdict {
+            problems: self.stuck(rig)?,
             duplicated: repeats(
                 rig,
                 Method::CreateVolume,
                 &self.done_at,
                 |r: &CreateVolumeRequest| Some(r.name.clone()),
             ),
-            ..Verdict::default()
+            orphaned: None,
         };
         for (claim, uids) in bound_claims(rig)? {
             if uids.len() > 1 {
