@@ -163,7 +163,8 @@ impl Provisioning {
         }
     }
 
-    /// What the store and the driver say about the first few claims without a PV.
+    /// What the store and the driver say about the first few claims that should have a PV
+    /// and have none.
     fn stuck(&self, rig: &Rig) -> anyhow::Result<Vec<String>> {
         let requests: Vec<(String, Option<tonic::Code>)> = rig
             .driver
@@ -172,7 +173,10 @@ impl Provisioning {
             .filter_map(|c| Some((c.decode::<CreateVolumeRequest>().ok()?.name, c.code)))
             .collect();
         let mut stuck = Vec::new();
-        for name in self.pending(rig)?.into_iter().take(3) {
+        let pending = self.pending(rig)?.into_iter();
+        // Deleted claims and claims left without a class are done without a PV.
+        let expected = pending.filter(|n| !self.deleted.contains(n) && !self.classless.contains(n));
+        for name in expected.take(3) {
             let claim = rig
                 .server
                 .get_object::<PersistentVolumeClaim>(Some(NAMESPACE), &name)?;
