@@ -87,6 +87,12 @@ pub(crate) async fn run(sidecar: Sidecar, fault: Fault, setup: &Setup<'_>) -> an
             ));
         }
     }
+    // The positive signal that the check above looked at something: calls carrying the
+    // Secret were logged at -v=5, with the secrets stripped.
+    if !setup.secrets.is_empty() && !logs.contains("***stripped***") {
+        row.problems
+            .push("no CSI call with secrets was logged at -v=5".to_owned());
+    }
     Ok(row)
 }
 
@@ -155,6 +161,21 @@ async fn drive(
         fault,
         Fault::LeaderKill | Fault::LeaderStop | Fault::DriverCrash
     );
+    if fault == Fault::DriverCrash {
+        // csi-lib-utils: a lost connection to the driver is exit 1, and kubelet restarts it.
+        let codes: Vec<Option<i32>> = rig
+            .replicas
+            .iter()
+            .flat_map(|r| r.exits.iter().map(std::process::ExitStatus::code))
+            .collect();
+        if codes.is_empty() || codes.iter().any(|c| *c != Some(1)) {
+            problems.push(format!(
+                "exit codes on the lost connection: {codes:?}, not 1"
+            ));
+        } else {
+            notes.push("exit 1 on the lost connection, restarted".to_owned());
+        }
+    }
     if !exits_expected && rig.restarts() > 0 {
         problems.push(format!("{} unexpected sidecar restarts", rig.restarts()));
     }
