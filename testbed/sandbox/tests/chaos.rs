@@ -70,10 +70,15 @@ async fn the_provisioner_converges_without_leaks_under_driver_errors_and_deleted
     assert!(table.contains("driver calls failed"), "{table}");
 }
 
+/// `leader-stop` rather than `leader-kill`: the latter's takeover bound is a timing, which a
+/// test must not assert (it is the command's, docs/reliability.md).
 #[tokio::test(flavor = "multi_thread")]
-async fn the_attacher_survives_a_killed_leader_and_conflicting_writers() {
-    let table = chaos("attacher", "leader-kill,conflicts").await;
-    assert!(table.contains("takeover"), "{table}");
+async fn the_attacher_survives_a_paused_leader_and_conflicting_writers() {
+    let table = chaos("attacher", "leader-stop,conflicts").await;
+    assert!(
+        table.contains("resumed leader exited with exit status: 1"),
+        "{table}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
