@@ -169,6 +169,47 @@ impl ApiServer {
         Listening::start(self.router()).await
     }
 
+    /// Restarts the server behind `listening` the way a kube-apiserver process restart looks
+    /// to its clients: every open watch ends, the listener closes so new connections are
+    /// refused for `down`, then the server listens on the same address again with the same
+    /// stored objects (etcd outlives the apiserver). On start-up a real apiserver writes its
+    /// identity Lease `kube-system/apiserver-<id>` (the APIServerIdentity feature, on since
+    /// 1.26), so the resourceVersion clients see next is newer than any they hold; this one
+    /// does the same. With `compact`, the history is also compacted (etcd's periodic
+    /// compaction, `--etcd-compaction-interval`, ran while it was down), so a watch resumed
+    /// from an old resourceVersion gets 410 Expired and the client must re-list.
+    ///
+    /// Requests already being answered are allowed to finish (a graceful stop); a real crash
+    /// would reset them, which clients handle as any other dropped connection.
+    ///
+    /// # Errors
+    /// The address cannot be bound again.
+    pub async fn restart(
+        &self,
+        listening: Listening,
+        down: Duration,
+        compact: bool,
+    ) -> std::io::Result<Listening> {
+        let addr = listening.addr();
+        self.faults().drop_watches();
+        listening.shutdown().await;
+        tokio::time::sleep(down).await;
+        let identity = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {
+                "name": format!("apiserver-{}", admission::new_uid()),
+                "namespace": "kube-system",
+                "labels": {"apiserver.kubernetes.io/identity": "kube-apiserver"},
+            },
+            "spec": {"holderIdentity": "kube-apiserver", "leaseDurationSeconds": 3600},
+        });
+        self.put_raw("coordination.k8s.io", "leases", identity);
+        if compact {
+            self.faults().compact();
+        }
+        Listening::start_at(self.router(), addr).await
+    }
+
     /// Fault injection.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
