@@ -202,4 +202,44 @@ mod tests {
         assert!(pv_release(&pv(false), F, std::iter::empty()).is_none());
         assert!(pv_release(&pv(true), "external-attacher/other", std::iter::empty()).is_none());
     }
+
+    /// Property tests (issue 14): invariants that keep volumes safe, over arbitrary driver
+    /// names and VA states. 4000 executions per run.
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+            #[test]
+            fn a_va_is_never_detached_unless_deleted_nor_published_again_once_attached(
+                attacher in prop_oneof![Just("d".to_owned()), any::<String>()],
+                attached: bool,
+                deleting: bool,
+                finalizer: bool,
+                forced: bool,
+            ) {
+                let action = va_action(&va(&attacher, attached, deleting, finalizer), "d", F, forced);
+                if attacher != "d" {
+                    prop_assert_eq!(action, VaAction::NotOurs);
+                }
+                if !deleting {
+                    prop_assert_ne!(action, VaAction::Detach);
+                }
+                if attached && !deleting && !forced {
+                    // No double publish after a success.
+                    prop_assert_ne!(action, VaAction::Attach);
+                }
+                if deleting {
+                    // A VA being deleted is never attached again.
+                    prop_assert_ne!(action, VaAction::Attach);
+                }
+                if deleting && !finalizer && !forced {
+                    prop_assert_ne!(action, VaAction::Detach);
+                }
+            }
+        }
+    }
 }

@@ -280,6 +280,13 @@ impl StoreHandlers {
                 if new.spec.attacher != routing.driver {
                     return;
                 }
+                // The cache has caught up with an attach: later versions are synced normally
+                // (settled.rs), even when the filter below drops this event.
+                if new.status.as_ref().is_some_and(|s| s.attached)
+                    && let Some(name) = &new.metadata.name
+                {
+                    routing.settled.forget(name);
+                }
                 if old.is_none_or(|old| filter::va_update_needs_sync(&old, new)) {
                     routing.queues.add_attachment(new);
                 }

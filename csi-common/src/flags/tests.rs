@@ -358,6 +358,26 @@ fn a_malformed_lease_label_is_a_usage_error() {
 }
 
 #[test]
+fn a_lease_label_the_api_server_would_refuse_is_a_usage_error() {
+    for bad in [
+        "\u{202e}:\u{1}",
+        "-team:storage",
+        "team:gold-",
+        "Example.com/team:x",
+        "/team:x",
+        "team:has space",
+        &format!("team:{}", "x".repeat(64)),
+        &format!("{}:x", "k".repeat(64)),
+    ] {
+        let err = parse_err(&[&format!("--leader-election-labels={bad}")]);
+        assert_eq!(err.exit_code(), 2, "{bad:?}");
+        assert!(err.to_string().contains("invalid label"), "{err}");
+    }
+    let ok = parse_ok(&["--leader-election-labels=example.com/team:storage,tier:,a.b_c-d:X.y_z"]);
+    assert_eq!(ok.common.leader_election.labels().len(), 3);
+}
+
+#[test]
 fn an_unknown_logging_format_is_a_usage_error() {
     let err = parse_err(&["--logging-format=xml"]);
     assert_eq!(err.kind(), ErrorKind::InvalidValue);
@@ -518,6 +538,11 @@ fn go_duration_follows_time_parse_duration() {
         ("9223372036.854775807s", ns(9_223_372_036_854_775_807)),
         ("0.9223372036854775807s", ns(922_337_203)),
         ("2562047h47m16.854775807s", ns(9_223_372_036_854_775_807)),
+        // Found by tests/properties.rs: 20 fraction digits overflowed the scale (a panic in
+        // debug builds, a wrong value in release).
+        (".00000000000000000000s", Duration::ZERO),
+        ("1.000000000000000000000000001h", Duration::from_hours(1)),
+        ("0.000000000000000000009h", Duration::ZERO),
     ];
     for &(input, want) in table {
         assert_eq!(go_duration(input), Ok(want), "{input}");

@@ -123,14 +123,18 @@ pub(super) fn parse_duration_nanos(orig: &str) -> Result<i64, String> {
                 if overflow {
                     continue;
                 }
+                // The scale can overflow before the value does (leading zeros: ".000…"); Go
+                // keeps it in a float64. Digits past 10^19 are below a nanosecond of any unit,
+                // so stopping there changes nothing.
                 match frac
                     .checked_mul(10)
                     .and_then(|x| x.checked_add(u64::from(c - b'0')))
                     .filter(|&x| x < GO_DURATION_LIMIT)
+                    .zip(scale.checked_mul(10))
                 {
-                    Some(x) => {
+                    Some((x, next_scale)) => {
                         frac = x;
-                        scale *= 10;
+                        scale = next_scale;
                     }
                     None => overflow = true,
                 }
@@ -350,6 +354,10 @@ pub struct LeaseLabels(pub BTreeMap<String, String>);
 /// `stringMap.Set` rules: split on `,`, then every item must split on `:` into exactly two
 /// parts (keys and values are taken verbatim, not trimmed). `a=b`, `a:b:c` and the empty
 /// string are errors, which upstream reports as a usage error (exit 2).
+///
+/// Beyond upstream, a key that is not a Kubernetes qualified name or a value that is not a
+/// valid label value is refused here too: upstream accepts it and then retries creating a Lease
+/// the API server refuses (422) forever, never leading and never saying why at start-up.
 pub fn lease_labels(s: &str) -> Result<LeaseLabels, String> {
     let mut map = BTreeMap::new();
     for item in s.split(',') {
@@ -359,9 +367,51 @@ pub fn lease_labels(s: &str) -> Result<LeaseLabels, String> {
                 "malformed item in list of labels: {item:?} (expected key:value)"
             ));
         };
+        if !is_qualified_name(key) || !is_label_value(value) {
+            return Err(format!(
+                "invalid label {item:?}: the key must be a qualified name ([prefix/]name) and the value at most 63 characters of [A-Za-z0-9._-], starting and ending alphanumeric"
+            ));
+        }
         map.insert((*key).to_owned(), (*value).to_owned());
     }
     Ok(LeaseLabels(map))
+}
+
+/// apimachinery `IsQualifiedName`'s name part (also a label value when not empty): at most 63
+/// characters of `[A-Za-z0-9._-]`, starting and ending alphanumeric.
+fn is_label_name(s: &str) -> bool {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    !s.is_empty()
+        && s.len() <= 63
+        && alnum(s.chars().next())
+        && alnum(s.chars().last())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// apimachinery `IsQualifiedName`: `name` or `prefix/name`, the prefix a DNS-1123 subdomain.
+fn is_qualified_name(s: &str) -> bool {
+    match s.split_once('/') {
+        None => is_label_name(s),
+        Some((prefix, name)) => {
+            let subdomain = !prefix.is_empty()
+                && prefix.len() <= 253
+                && prefix.split('.').all(|part| {
+                    !part.is_empty()
+                        && part.starts_with(|c: char| c.is_ascii_alphanumeric())
+                        && part.ends_with(|c: char| c.is_ascii_alphanumeric())
+                        && part
+                            .chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                });
+            subdomain && is_label_name(name)
+        }
+    }
+}
+
+/// apimachinery `IsValidLabelValue`: empty, or a label name.
+fn is_label_value(s: &str) -> bool {
+    s.is_empty() || is_label_name(s)
 }
 
 /// One `--feature-gates` occurrence, `Key=bool,...` (component-base `mapStringBool`).

@@ -6,17 +6,17 @@
 //!
 //! * [`settings`]: the capacity flags and the `NAMESPACE` / `POD_NAME` environment, checked
 //!   before anything starts (exit 2 on a bad value).
-//! * [`decide`]: pure decisions, table-tested: topology segments from CSINodes and Node
+//! * `decide`: pure decisions, table-tested: topology segments from CSINodes and Node
 //!   labels, the wanted (segment, class) keys, what to write for one key, which objects are
 //!   obsolete, when to poll a key next.
-//! * [`owner`]: start-up, against the API: the storage.k8s.io/v1 probe and the owner
+//! * `owner`: start-up, against the API: the storage.k8s.io/v1 probe and the owner
 //!   reference walk (Pod → ReplicaSet → Deployment, ...).
-//! * [`controller`]: the executor: the `csitopology` and `csistoragecapacity` queues,
+//! * `controller`: the executor: the `csitopology` and `csistoragecapacity` queues,
 //!   GetCapacity calls and object writes; `caches`: its informers and event handlers.
-//! * [`metrics`]: the three `csistoragecapacities_*` gauges.
+//! * `metrics`: the three `csistoragecapacities_*` gauges.
 //!
 //! Beyond upstream, a key whose capacity did not change is polled less and less often
-//! (doubling up to [`decide::MAX_POLL_FACTOR`] × `--capacity-poll-interval`, with jitter),
+//! (doubling up to `decide::MAX_POLL_FACTOR` (8) × `--capacity-poll-interval`, with jitter),
 //! while provisioning or deleting a volume in its segment polls it at once; objects are
 //! written only when a value differs from the cached object (provisioner/README.md).
 

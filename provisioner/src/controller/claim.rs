@@ -115,7 +115,8 @@ async fn sync_claim<D: VolumeDriver>(
         Err(err) => return attempt.plan_failed(err).await,
     };
     if ctx.stores.volume(&pv_name).is_some() || ctx.unsaved.contains(&pv_name) {
-        // The lib's existence short-cut: the PV exists (or is being saved), nothing to create.
+        // The lib's existence short-cut: the PV exists (or is being saved, or was saved by us and
+        // the informer has not shown it yet), nothing to create.
         ctx.in_progress.remove(&key.uid);
         return Outcome::Done;
     }

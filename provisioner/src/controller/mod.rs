@@ -13,6 +13,7 @@
 //! CreateVolume and, separately, DeleteVolume calls run at once, as upstream.
 
 mod after_create;
+mod cached;
 pub(crate) mod claim;
 pub(crate) mod in_progress;
 pub(crate) mod protection;

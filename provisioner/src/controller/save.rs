@@ -8,9 +8,15 @@
 //! after the driver answered and before its PV was saved gets no PV; its volume is deleted
 //! instead (retried with the queue's backoff until DeleteVolume succeeds), so no Released PV is
 //! left behind under reclaim policy Retain (docs/compatibility.md).
+//!
+//! Also beyond upstream: a PV this process saved counts as existing until the PV informer
+//! shows it (at most [`SAVED_GRACE`]). Without that, a claim update arriving in the informer's
+//! lag (another writer touching the claim) re-ran CreateVolume for a volume already saved, as
+//! the lib does; the chaos suite's `conflicts` fault found it (docs/reliability.md).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume};
 use kube::Api;
@@ -43,11 +49,16 @@ pub(crate) struct PendingVolume {
     pub(crate) started: Instant,
 }
 
-/// PVs not saved yet, by name, and their queue.
+/// How long a PV saved by this process counts as existing while the PV informer has not shown
+/// it yet: the informer lags by milliseconds, a minute is far beyond that.
+const SAVED_GRACE: Duration = Duration::from_mins(1);
+
+/// PVs not saved yet, by name, and their queue; and PVs saved lately, by name.
 #[derive(Debug)]
 pub(crate) struct Unsaved {
     pub(crate) queue: Arc<WorkQueue<String>>,
     pending: Mutex<HashMap<String, PendingVolume>>,
+    saved: Mutex<HashMap<String, Instant>>,
 }
 
 impl Unsaved {
@@ -55,15 +66,31 @@ impl Unsaved {
         Self {
             queue,
             pending: Mutex::new(HashMap::new()),
+            saved: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Whether PV `name` is waiting to be saved.
+    /// Whether PV `name` is waiting to be saved, or was saved within [`SAVED_GRACE`].
     pub(crate) fn contains(&self, name: &str) -> bool {
-        self.pending
+        let pending = self
+            .pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .contains_key(name)
+            .contains_key(name);
+        pending
+            || self
+                .saved
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(name)
+                .is_some_and(|at| at.elapsed() < SAVED_GRACE)
+    }
+
+    /// Notes that PV `name` was saved now (and forgets saves older than [`SAVED_GRACE`]).
+    fn mark_saved(&self, name: &str) {
+        let mut saved = self.saved.lock().unwrap_or_else(PoisonError::into_inner);
+        saved.retain(|_, at| at.elapsed() < SAVED_GRACE);
+        saved.insert(name.to_owned(), Instant::now());
     }
 
     fn get(&self, name: &str) -> Option<PendingVolume> {
@@ -108,6 +135,7 @@ async fn create<D>(ctx: &Context<D>, volume: &PersistentVolume) -> Result<(), ku
 
 fn saved<D>(ctx: &Context<D>, pending: &PendingVolume) {
     let name = pending.volume.metadata.name.clone().unwrap_or_default();
+    ctx.unsaved.mark_saved(&name);
     ctx.recorder.event(
         &pending.claim,
         EventType::Normal,

@@ -3,10 +3,12 @@
 //! VOLUME_ACCESSIBILITY_CONSTRAINTS; VolumeAttachments only with PUBLISH_UNPUBLISH_VOLUME).
 //!
 //! Memory matters (upstream issue #587: ~200 MiB per 5k volumes), so every cached object is
-//! trimmed before it is stored: `managedFields` everywhere (often half of an object), and
-//! everything but name, uid and labels of a Node (its status with images and conditions is the
-//! bulk of it and the provisioner reads only topology labels), and the status of a
-//! VolumeAttachment (only its existence matters, spec §2.5).
+//! trimmed before it is stored: claims and volumes are cached as the projections of
+//! [`super::cached`] (only the fields the provisioner reads; a lookup builds the real object),
+//! and of the other kinds `managedFields` everywhere (often half of an object), everything but
+//! name, uid and labels of a Node (its status with images and conditions is the bulk of it and
+//! the provisioner reads only topology labels), and the status of a VolumeAttachment (only its
+//! existence matters, spec §2.5).
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +22,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
 use super::ClaimKey;
+use super::cached::{self, trim_claim, trim_volume};
 
 /// A future that keeps one cache filled; it runs until aborted.
 pub(crate) use csi_common::informer::InformerTask;
@@ -27,10 +30,10 @@ pub(crate) use csi_common::informer::InformerTask;
 /// Read access to every cache.
 #[derive(Clone)]
 pub(crate) struct Stores {
-    /// PersistentVolumeClaims, all namespaces.
-    pub(crate) claims: Store<PersistentVolumeClaim>,
-    /// PersistentVolumes.
-    pub(crate) volumes: Store<PersistentVolume>,
+    /// PersistentVolumeClaims, all namespaces (read them through [`Stores::claim`]).
+    pub(crate) claims: Store<cached::PersistentVolumeClaim>,
+    /// PersistentVolumes (read them through [`Stores::volume`]).
+    pub(crate) volumes: Store<cached::PersistentVolume>,
     /// StorageClasses.
     pub(crate) classes: Store<StorageClass>,
     /// Nodes and CSINodes, when topology is in use.
@@ -52,7 +55,19 @@ impl Debug for Stores {
 impl Stores {
     /// The claim `namespace/name`.
     pub(crate) fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
-        self.claims.get(&ObjectRef::new(name).within(namespace))
+        self.claims
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|claim| Arc::new(claim.to_full()))
+    }
+
+    /// Every cached claim as a k8s-openapi object (the projections converted back; for the
+    /// rare whole-cache scans of the source-protection controllers).
+    pub(crate) fn full_claims(&self) -> Vec<PersistentVolumeClaim> {
+        self.claims
+            .state()
+            .iter()
+            .map(|claim| claim.to_full())
+            .collect()
     }
 
     /// The claim of `key` if it still exists (same UID) and is not being deleted. A claim with
@@ -67,7 +82,9 @@ impl Stores {
 
     /// The PV `name`.
     pub(crate) fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
-        self.volumes.get(&ObjectRef::new(name))
+        self.volumes
+            .get(&ObjectRef::new(name))
+            .map(|volume| Arc::new(volume.to_full()))
     }
 
     /// The StorageClass `name`.
@@ -173,18 +190,18 @@ pub(crate) fn start<H: Handlers>(
 
     let (claims, task) = informer(Api::all(client.clone()), trim_claim, {
         let handlers = Arc::clone(handlers);
-        move |change: Change<'_, PersistentVolumeClaim>| match change {
-            Change::Applied { new, .. } => handlers.claim_applied(new),
-            Change::Deleted(claim) => handlers.claim_deleted(claim),
+        move |change: Change<'_, cached::PersistentVolumeClaim>| match change {
+            Change::Applied { new, .. } => handlers.claim_applied(&new.to_full()),
+            Change::Deleted(claim) => handlers.claim_deleted(&claim.to_full()),
         }
     });
     tasks.push(task);
 
     let (volumes, task) = informer(Api::all(client.clone()), trim_volume, {
         let handlers = Arc::clone(handlers);
-        move |change: Change<'_, PersistentVolume>| match change {
-            Change::Applied { new, .. } => handlers.volume_applied(new),
-            Change::Deleted(pv) => handlers.volume_deleted(pv),
+        move |change: Change<'_, cached::PersistentVolume>| match change {
+            Change::Applied { new, .. } => handlers.volume_applied(&new.to_full()),
+            Change::Deleted(pv) => handlers.volume_deleted(&pv.to_full()),
         }
     });
     tasks.push(task);
@@ -265,14 +282,6 @@ impl Stores {
     }
 }
 
-fn trim_claim(claim: &mut PersistentVolumeClaim) {
-    trim_meta(&mut claim.metadata);
-}
-
-fn trim_volume(volume: &mut PersistentVolume) {
-    trim_meta(&mut volume.metadata);
-}
-
 pub(crate) fn trim_class(class: &mut StorageClass) {
     trim_meta(&mut class.metadata);
 }
@@ -332,23 +341,5 @@ mod tests {
         assert!(node.metadata.annotations.is_none());
         assert!(node.metadata.managed_fields.is_none());
         assert!(node.spec.is_none() && node.status.is_none());
-    }
-
-    #[test]
-    fn claims_keep_annotations_but_lose_managed_fields() {
-        let mut claim = PersistentVolumeClaim {
-            metadata: ObjectMeta {
-                annotations: Some(BTreeMap::from([("k".into(), "v".into())])),
-                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
-                ..ObjectMeta::default()
-            },
-            ..PersistentVolumeClaim::default()
-        };
-        trim_claim(&mut claim);
-        assert!(claim.metadata.managed_fields.is_none());
-        assert!(
-            claim.metadata.annotations.is_some(),
-            "secret templates read annotations"
-        );
     }
 }

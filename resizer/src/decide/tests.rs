@@ -433,3 +433,68 @@ fn legacy_target_table() {
         assert_eq!(legacy_target(&claim), want, "{name}");
     }
 }
+
+/// Property tests (issue 14): the decide functions over arbitrary sizes, states and hostile
+/// quantity strings. 2 × 4000 executions per run.
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn status() -> impl Strategy<Value = Option<String>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(resize_status::CONTROLLER_IN_PROGRESS.to_owned())),
+            Just(Some(resize_status::CONTROLLER_INFEASIBLE.to_owned())),
+            Just(Some(resize_status::NODE_PENDING.to_owned())),
+            Just(Some(resize_status::NODE_IN_PROGRESS.to_owned())),
+            Just(Some(resize_status::NODE_INFEASIBLE.to_owned())),
+            any::<String>().prop_map(Some),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        /// The target is always a size the user or the API asked for: the request or the
+        /// allocated size, never one the function made up.
+        #[test]
+        fn the_target_is_the_request_or_the_allocated_size(
+            spec in 0..=i64::MAX,
+            pv in 0..=i64::MAX,
+            capacity in 0..=i64::MAX,
+            allocated in proptest::option::of(0..=i64::MAX),
+            resize_status in status(),
+            fs_resize_pending: bool,
+            final_error: bool,
+            trivial: bool,
+        ) {
+            let claim = Claim { spec, pv, capacity, allocated, resize_status, fs_resize_pending };
+            if let Some(size) = target(&claim, History { final_error, trivial }) {
+                prop_assert!(size == spec || Some(size) == allocated, "{claim:?} -> {size}");
+            }
+        }
+
+        /// Any string in the claim's and the PV's storage fields is parsed or refused as a
+        /// user error; never a panic, never a negative size.
+        #[test]
+        fn hostile_quantities_in_claim_and_volume_are_user_errors(
+            request in ".{0,40}",
+            capacity in ".{0,40}",
+            pv_size in "[-+0-9.eEkMGTPKi]{0,30}",
+        ) {
+            let pvc = with(pvc(), |c| {
+                c.spec.as_mut().unwrap().resources.as_mut().unwrap().requests = Some(q(&request));
+                c.status.as_mut().unwrap().capacity = Some(q(&capacity));
+            });
+            let pv = with_pv(|v| v.spec.as_mut().unwrap().capacity = Some(q(&pv_size)));
+            match claim(&pvc, Some(&pv), DRIVER) {
+                Ok(c) => prop_assert!(c.spec >= 0 && c.pv >= 0 && c.capacity >= 0),
+                Err(skip) => prop_assert!(
+                    skip.is_user_error() || skip == Skip::NoResizeNeeded,
+                    "{skip:?}"
+                ),
+            }
+        }
+    }
+}

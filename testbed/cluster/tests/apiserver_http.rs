@@ -1093,3 +1093,64 @@ async fn a_disabled_resource_is_absent_from_discovery_and_its_paths_are_unknown(
     let default = get(&ApiServer::new(), "/apis/storage.k8s.io/v1").await;
     assert!(kinds(&default).contains(&"VolumeAttributesClass".to_owned()));
 }
+
+/// kube-apiserver's field manager: every write records who wrote which fields, named by the
+/// `User-Agent` product, and every answer carries the entries (objects/pvc-2-bound.json).
+#[tokio::test]
+async fn writes_record_managed_fields_by_user_agent_and_answers_carry_them() {
+    let s = ApiServer::with_config(testbed_cluster::apiserver::Config {
+        managed_fields: true,
+        namespaces: vec!["fixtures".to_owned()],
+        ..testbed_cluster::apiserver::Config::default()
+    });
+    let body = pvc("fx-managed").to_string();
+    let created = send_with(
+        &s,
+        "POST",
+        PVCS,
+        &[
+            ("content-type", Some("application/json")),
+            ("user-agent", Some("kubectl/v1.36.2 (linux/amd64)")),
+        ],
+        &body,
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let entries = created.json()["metadata"]["managedFields"].clone();
+    assert_eq!(entries[0]["manager"], "kubectl");
+    assert_eq!(entries[0]["operation"], "Update");
+    assert_eq!(
+        entries[0]["fieldsV1"]["f:spec"]["f:storageClassName"],
+        json!({})
+    );
+    let patched = send_with(
+        &s,
+        "PATCH",
+        &format!("{PVCS}/fx-managed/status"),
+        &[
+            ("content-type", Some("application/merge-patch+json")),
+            ("user-agent", Some("kube-controller-manager/v1.36.2")),
+        ],
+        r#"{"status":{"phase":"Bound"}}"#,
+    )
+    .await;
+    assert_eq!(patched.status, 200, "{}", patched.body);
+    let read = get(&s, &format!("{PVCS}/fx-managed")).await.json();
+    let entries = read["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(entries[1]["manager"], "kube-controller-manager");
+    assert_eq!(entries[1]["subresource"], "status");
+    assert_eq!(entries[1]["fieldsV1"], json!({"f:status": {"f:phase": {}}}));
+    let listed = get(&s, PVCS).await.json();
+    let item = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["metadata"]["name"] == "fx-managed")
+        .unwrap()
+        .clone();
+    assert_eq!(item["metadata"]["managedFields"], json!(entries));
+}

@@ -484,3 +484,40 @@ async fn a_repeated_event_is_counted_on_one_event_object_as_client_go_does() {
     assert!(event.last_timestamp >= event.first_timestamp);
     s.kcm.stop().await;
 }
+
+/// A burst like the chaos suite's: every claim of a few hundred created at once is annotated
+/// for its provisioner (upstream's claim worker takes every queued claim in turn). With
+/// kube-runtime's `concurrency(1)` some claims of such a burst were never reconciled.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_claim_of_a_burst_gets_its_provisioner() {
+    use futures::StreamExt as _;
+    const CLAIMS: usize = 300;
+    let s = start();
+    create_class(&s, "burst", "Immediate").await;
+    futures::stream::iter(0..CLAIMS)
+        .map(|i| {
+            let s = &s;
+            async move { create_claim(s, &format!("burst-{i}"), "burst").await }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    eventually(
+        "every claim annotated",
+        Duration::from_mins(1),
+        async || {
+            let claims = s
+                .server
+                .list_objects::<PersistentVolumeClaim>(Some("default"))
+                .unwrap();
+            let annotated = claims
+                .iter()
+                .filter(|c| {
+                    annotation(*c, "volume.kubernetes.io/storage-provisioner") == Some(DRIVER)
+                })
+                .count();
+            (annotated == CLAIMS).then_some(())
+        },
+    )
+    .await;
+}

@@ -106,6 +106,10 @@ const PROVISIONER_ALLOWED: &[Allowance] = &[
     upstream_get("", "persistentvolumes"),
     upstream_get("storage.k8s.io", "storageclasses"),
     upstream_get("storage.k8s.io", "volumeattachments"),
+    list_fallback("", "persistentvolumeclaims"),
+    list_fallback("", "persistentvolumes"),
+    list_fallback("storage.k8s.io", "storageclasses"),
+    list_fallback("storage.k8s.io", "volumeattachments"),
 ];
 
 const ATTACHER_ALLOWED: &[Allowance] = &[
@@ -120,6 +124,9 @@ const ATTACHER_ALLOWED: &[Allowance] = &[
     upstream_get("", "persistentvolumes"),
     upstream_get("storage.k8s.io", "csinodes"),
     upstream_get("storage.k8s.io", "volumeattachments"),
+    list_fallback("", "persistentvolumes"),
+    list_fallback("storage.k8s.io", "csinodes"),
+    list_fallback("storage.k8s.io", "volumeattachments"),
 ];
 
 const RESIZER_ALLOWED: &[Allowance] = &[
@@ -141,6 +148,9 @@ const RESIZER_ALLOWED: &[Allowance] = &[
     upstream_get("", "persistentvolumeclaims"),
     upstream_get("", "persistentvolumes"),
     upstream_get("storage.k8s.io", "volumeattributesclasses"),
+    list_fallback("", "persistentvolumeclaims"),
+    list_fallback("", "persistentvolumes"),
+    list_fallback("storage.k8s.io", "volumeattributesclasses"),
 ];
 
 /// Events verbs upstream's ClusterRoles grant that an event recorder does not send.
@@ -169,6 +179,19 @@ const fn upstream_get(group: &'static str, resource: &'static str) -> Allowance 
         resource,
         verbs: &["get"],
         reason: "upstream grants get; shared with Go replicas during a side-by-side rollout",
+    }
+}
+
+/// `list` on a cached resource: the informers start with one streaming-list watch
+/// (`sendInitialEvents=true`, which kube-apiserver authorizes as `watch`), and LIST only when the
+/// server refuses it (WatchList off, kube-apiserver before 1.27), as client-go does; the fake
+/// serves streaming lists, so the flows never LIST these.
+const fn list_fallback(group: &'static str, resource: &'static str) -> Allowance {
+    Allowance {
+        group,
+        resource,
+        verbs: &["list"],
+        reason: "LIST when the API server refuses a streaming list (csi_common::informer)",
     }
 }
 

@@ -21,6 +21,23 @@ pub enum When {
     FirstN(u32),
     /// Every call after the first n (which are answered normally).
     After(u32),
+    /// A seeded sample: each call is affected with probability `percent`/100, decided by
+    /// hashing `seed` with the call number, so a run with the same seed and call order fails
+    /// the same calls (the reliability suite's "20% of calls fail").
+    Sampled {
+        /// Share of the calls affected, 0 to 100.
+        percent: u8,
+        /// Seed of the sample.
+        seed: u64,
+    },
+}
+
+/// SplitMix64 of `seed` and `n`: a well-mixed, reproducible value per call.
+fn mix(seed: u64, n: u32) -> u64 {
+    let mut z = seed ^ u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 impl When {
@@ -31,13 +48,14 @@ impl When {
             When::Nth(n) => seen == n,
             When::FirstN(n) => seen <= n,
             When::After(n) => seen > n,
+            When::Sampled { percent, seed } => mix(seed, seen) % 100 < u64::from(percent),
         }
     }
 
     /// Whether no call after the `seen`-th can be affected any more.
     fn exhausted(self, seen: u32) -> bool {
         match self {
-            When::Every | When::After(_) => false,
+            When::Every | When::After(_) | When::Sampled { .. } => false,
             When::Nth(n) | When::FirstN(n) => seen >= n,
         }
     }
@@ -52,6 +70,9 @@ pub enum Action {
     Delay(Duration),
     /// Wait this long, then answer with this gRPC status without touching the volume table.
     DelayThenError(Duration, Code, String),
+    /// Answer at once with one of these codes (picked from the call number, so reproducible)
+    /// and this message; the volume table is not touched. An empty list answers `Internal`.
+    ErrorAmong(Vec<Code>, String),
 }
 
 /// An injected fault: `action` on the calls of `method` selected by `when`.
@@ -127,6 +148,14 @@ impl FaultTable {
                 Action::Error(code, msg) => (Duration::ZERO, Some((*code, msg))),
                 Action::Delay(d) => (*d, None),
                 Action::DelayThenError(d, code, msg) => (*d, Some((*code, msg))),
+                Action::ErrorAmong(codes, msg) => {
+                    let pick = usize::try_from(mix(u64::MAX, *seen) % 64).unwrap_or(0);
+                    let code = codes
+                        .get(pick % codes.len().max(1))
+                        .copied()
+                        .unwrap_or(Code::Internal);
+                    (Duration::ZERO, Some((code, msg)))
+                }
             };
             plan.delay = plan.delay.saturating_add(delay);
             if plan.error.is_none() {
@@ -204,6 +233,30 @@ mod tests {
         let plan = t.on_call(Method::GetCapacity);
         assert_eq!(plan.delay, Duration::from_secs(3));
         assert_eq!(plan.error.map(|s| s.code()), Some(Code::DeadlineExceeded));
+    }
+
+    #[test]
+    fn a_sampled_fault_hits_about_its_share_the_same_calls_for_the_same_seed() {
+        let sampled = |seed| {
+            let mut t = FaultTable::default();
+            t.inject(Fault {
+                method: Method::CreateVolume,
+                when: When::Sampled { percent: 20, seed },
+                action: Action::ErrorAmong(
+                    vec![Code::Unavailable, Code::Aborted, Code::Internal],
+                    "chaos".into(),
+                ),
+            });
+            codes(&mut t, Method::CreateVolume, 1000)
+        };
+        let first = sampled(7);
+        assert_eq!(first, sampled(7));
+        assert_ne!(first, sampled(8));
+        let hit = first.iter().flatten().count();
+        assert!((150..250).contains(&hit), "{hit} of 1000 calls failed");
+        for code in [Code::Unavailable, Code::Aborted, Code::Internal] {
+            assert!(first.contains(&Some(code)), "{code:?} never picked");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! [`Sandbox::shutdown`]. Child processes are stopped with SIGTERM (SIGKILL after a grace
 //! period) and killed on drop; their logs stay in the work dir for inspection.
 
+pub mod fixtures;
 pub mod flows;
 pub mod report;
 pub mod sidecars;

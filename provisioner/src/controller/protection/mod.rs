@@ -320,13 +320,12 @@ fn has_volume(
 /// finish within the binder's lag each keep the finalizer for the other, leaving it to the sweep
 /// (or for ever with `--snapshot-orphan-sweep-interval=0`).
 fn restoring_claims<'a>(
-    claims: &'a [Arc<PersistentVolumeClaim>],
+    claims: &'a [PersistentVolumeClaim],
     claim_uid: &'a str,
     has_volume: impl Fn(&PersistentVolumeClaim) -> bool + 'a,
 ) -> impl Iterator<Item = &'a PersistentVolumeClaim> {
     claims
         .iter()
-        .map(AsRef::as_ref)
         .filter(move |c| c.metadata.uid.as_deref() != Some(claim_uid))
         .filter(move |c| !has_volume(c))
 }
@@ -352,7 +351,7 @@ pub(crate) async fn release_snapshot<D>(ctx: &Context<D>, claim_uid: &str, plan:
     else {
         return;
     };
-    let claims = ctx.stores.claims.state();
+    let claims = ctx.stores.full_claims();
     let options = &ctx.options;
     let claim_has_volume = |claim: &PersistentVolumeClaim| {
         let pv_name = claim.metadata.uid.as_deref().and_then(|uid| {
@@ -438,13 +437,13 @@ pub(crate) async fn sync_clone_source<D>(ctx: &Context<D>, key: &SourceKey) -> O
     if !protected || claim.metadata.deletion_timestamp.is_none() {
         return Outcome::Done;
     }
-    let claims = ctx.stores.claims.state();
+    let claims = ctx.stores.full_claims();
     let in_flight = ctx.in_progress.sources();
     if source::still_needed(
         SourceKind::Clone,
         namespace,
         name,
-        claims.iter().map(AsRef::as_ref),
+        claims.iter(),
         in_flight.iter().map(|(_, from)| from),
     ) {
         return Outcome::Retry;
@@ -482,7 +481,7 @@ pub(crate) async fn sweep_snapshots<D>(ctx: Arc<Context<D>>, interval: Duration)
                 continue;
             }
         };
-        let claims = ctx.stores.claims.state();
+        let claims = ctx.stores.full_claims();
         let in_flight = ctx.in_progress.sources();
         for object in snapshots.into_iter().filter(has_finalizer) {
             let namespace = object.metadata.namespace.clone().unwrap_or_default();
@@ -491,7 +490,7 @@ pub(crate) async fn sweep_snapshots<D>(ctx: Arc<Context<D>>, interval: Duration)
                 SourceKind::Snapshot,
                 &namespace,
                 &name,
-                claims.iter().map(AsRef::as_ref),
+                claims.iter(),
                 in_flight.iter().map(|(_, from)| from),
             ) {
                 continue;
@@ -640,7 +639,7 @@ mod tests {
                 name: "snap".into(),
             });
             spec.volume_name = volume_name.map(Into::into);
-            Arc::new(claim)
+            claim
         };
         // The PVs the provisioner knows of (saved or waiting to be saved), by claim uid.
         let known = |claim: &PersistentVolumeClaim| {

@@ -4,8 +4,8 @@
 //! fills `storageClassName`) and the registry strategies (server-owned metadata, status reset on
 //! create, status/spec split between the main resource and `/status`, `generation`).
 //!
-//! managedFields are not maintained: they are dropped from what clients send and never
-//! reported (no sidecar reads them).
+//! managedFields sent by a client are dropped here; the handlers then record the server's own
+//! (`super::managed`), as kube-apiserver's field manager does.
 
 use serde_json::{Map, Value, json};
 

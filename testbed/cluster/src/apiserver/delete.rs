@@ -174,6 +174,7 @@ pub(crate) fn collection(
             query: req.query.clone(),
             headers: req.headers.clone(),
             format: req.format,
+            managed_fields: req.managed_fields,
         };
         delete_locked(&mut inner, &one, &name, &opts)?;
         items.push(render::to_view(info, &obj));

@@ -19,7 +19,7 @@ use super::resources::{self, ResourceInfo};
 use super::status::{ApiError, json_response};
 use super::store::Inner;
 use super::validation;
-use super::{Shared, namespaces};
+use super::{Shared, managed, namespaces, requests};
 
 /// How many generated names are tried before giving up with AlreadyExists (upstream retries
 /// generateName collisions a few times too).
@@ -60,6 +60,26 @@ fn content_type(req: &ResourceRequest) -> Option<&str> {
     req.headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
+}
+
+/// Who writes in `req`, as kube-apiserver's field manager names it ([`managed`]).
+fn writer(req: &ResourceRequest) -> managed::Writer<'_> {
+    let agent = req
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    let apply = content_type(req)
+        .and_then(|ct| PatchType::from_content_type(ct.split(';').next().unwrap_or("").trim()))
+        .is_some_and(|t| matches!(t, PatchType::Apply));
+    managed::Writer {
+        manager: req
+            .query
+            .get("fieldManager")
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| requests::client_of(agent)),
+        operation: if apply { "Apply" } else { "Update" },
+        subresource: req.subresource.as_deref().filter(|s| *s == "status"),
+    }
 }
 
 /// Decode a POST/PUT body into a view-shaped object plus warnings.
@@ -157,6 +177,9 @@ fn create_locked(
         let mut obj = render::to_storage(info, candidate);
         admission::admit_create(storage, &mut obj, inner);
         admission::prepare_create(storage, &mut obj);
+        if req.managed_fields {
+            managed::record(None, &mut obj, &writer(req), &admission::now());
+        }
         if info.view == resources::View::Native {
             let errors = validation::validate_object(info, &obj);
             if !errors.is_empty() {
@@ -267,6 +290,9 @@ fn write_update(
         _ => Subresource::Main,
     };
     admission::prepare_update(storage, old, &mut new, sub);
+    if req.managed_fields {
+        managed::record(Some(old), &mut new, &writer(req), &admission::now());
+    }
     let mut errors = Vec::new();
     if info.view == resources::View::Native {
         errors.extend(validation::validate_object(info, &new));

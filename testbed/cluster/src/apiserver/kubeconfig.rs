@@ -19,7 +19,13 @@ pub struct Listening {
 
 impl Listening {
     pub(crate) async fn start(router: axum::Router) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        Self::start_at(router, SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Listens on `addr` (port 0: a free port). A restarted server binds its old port again,
+    /// which works at once because tokio's listener sets `SO_REUSEADDR`.
+    pub(crate) async fn start_at(router: axum::Router, addr: SocketAddr) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {

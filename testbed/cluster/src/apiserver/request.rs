@@ -66,6 +66,8 @@ pub(crate) struct ResourceRequest {
     pub(crate) headers: HeaderMap,
     /// Response representation.
     pub(crate) format: Format,
+    /// Whether writes record `managedFields` ([`super::Config::managed_fields`]).
+    pub(crate) managed_fields: bool,
 }
 
 impl ResourceRequest {

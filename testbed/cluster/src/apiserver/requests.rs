@@ -1,7 +1,9 @@
 //! How many resource requests the server has received, by Kubernetes verb and resource: the
 //! positive signal a test waits for (for example that a client opened a new watch after the
 //! last one expired) instead of sleeping. kube-apiserver's own `apiserver_request_total` has
-//! more labels; this fake keeps the two a test needs.
+//! more labels; this fake keeps the two a test needs, and the same counts per client (the
+//! product of its `User-Agent`, what kube-apiserver's audit log and managedFields name it by),
+//! so a bench can tell a sidecar's requests from the controller-manager stand-in's.
 //!
 //! It also keeps which client sent which kind of request ([`RequestCounts::by_client`]), as
 //! kube-apiserver's audit log records each request's `userAgent`, `verb` and `objectRef`
@@ -24,19 +26,20 @@ pub struct Permission {
 /// Request counts of an [`super::ApiServer`] (see [`super::ApiServer::requests`]).
 #[derive(Debug, Default)]
 pub struct RequestCounts {
-    counts: Mutex<HashMap<(String, String), usize>>,
-    /// By client: the product part of the User-Agent (`csi-provisioner` of
-    /// `csi-provisioner/v5.3.0`), `""` without one.
-    clients: Mutex<BTreeMap<String, BTreeSet<Permission>>>,
+    all: Mutex<HashMap<(String, String), usize>>,
+    by_client: Mutex<HashMap<(String, String, String), usize>>,
+    /// Kinds of request by client (see [`client_of`]).
+    permissions: Mutex<BTreeMap<String, BTreeSet<Permission>>>,
 }
 
 impl RequestCounts {
     /// Records that the client with `user_agent` sent `verb` on `group`/`resource`.
     pub(crate) fn record_client(&self, user_agent: Option<&str>, permission: Permission) {
-        let client = user_agent
-            .map(|agent| agent.split('/').next().unwrap_or_default())
-            .unwrap_or_default();
-        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let client = client_of(user_agent);
+        let mut clients = self
+            .permissions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         clients
             .entry(client.to_owned())
             .or_default()
@@ -46,21 +49,47 @@ impl RequestCounts {
     /// Every kind of request the client whose User-Agent starts with `client/` has sent so
     /// far, failed and refused ones included (RBAC is checked before anything else).
     pub fn by_client(&self, client: &str) -> BTreeSet<Permission> {
-        let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let clients = self
+            .permissions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         clients.get(client).cloned().unwrap_or_default()
     }
 
-    pub(crate) fn count(&self, verb: &str, resource: &str) {
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Counts one request of `client` (see [`client_of`]).
+    pub(crate) fn count(&self, client: &str, verb: &str, resource: &str) {
+        let mut counts = self.all.lock().unwrap_or_else(PoisonError::into_inner);
         *counts
             .entry((verb.to_owned(), resource.to_owned()))
             .or_default() += 1;
+        drop(counts);
+        let mut counts = self
+            .by_client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *counts
+            .entry((client.to_owned(), verb.to_owned(), resource.to_owned()))
+            .or_default() += 1;
+    }
+
+    /// Every count of `client` (a `User-Agent` product such as `csi-provisioner`) so far, by
+    /// (verb, resource).
+    pub fn snapshot_of(&self, client: &str) -> BTreeMap<(String, String), usize> {
+        let counts = self
+            .by_client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        counts
+            .iter()
+            .filter(|((c, _, _), _)| c == client)
+            .map(|((_, verb, resource), n)| ((verb.clone(), resource.clone()), *n))
+            .collect()
     }
 
     /// Requests received so far with Kubernetes verb `verb` (`get`, `list`, `watch`, ...) on
     /// `resource` (`plural` or `plural/status`), failed ones included.
     pub fn get(&self, verb: &str, resource: &str) -> usize {
-        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let counts = self.all.lock().unwrap_or_else(PoisonError::into_inner);
         counts
             .get(&(verb.to_owned(), resource.to_owned()))
             .copied()
@@ -71,9 +100,16 @@ impl RequestCounts {
     /// the clients did in it, including requests nobody thought to ask about (the bench's
     /// API request accounting).
     pub fn snapshot(&self) -> BTreeMap<(String, String), usize> {
-        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let counts = self.all.lock().unwrap_or_else(PoisonError::into_inner);
         counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
+}
+
+/// The client a request comes from, as kube-apiserver names a field manager by default: the
+/// `User-Agent` up to its first `/` (`csi-provisioner/v6.0.0 (linux/amd64)` is
+/// `csi-provisioner`); empty without one.
+pub(crate) fn client_of(user_agent: Option<&str>) -> &str {
+    user_agent.map_or("", |agent| agent.split('/').next().unwrap_or(agent))
 }
 
 #[cfg(test)]
@@ -115,10 +151,10 @@ mod tests {
     #[test]
     fn a_snapshot_holds_every_verb_and_resource_counted() {
         let counts = RequestCounts::default();
-        counts.count("patch", "volumeattachments");
-        counts.count("patch", "volumeattachments");
-        counts.count("patch", "volumeattachments/status");
-        counts.count("watch", "persistentvolumes");
+        counts.count("csi-attacher", "patch", "volumeattachments");
+        counts.count("csi-attacher", "patch", "volumeattachments");
+        counts.count("csi-attacher", "patch", "volumeattachments/status");
+        counts.count("kube-controller-manager", "watch", "persistentvolumes");
         let key = |verb: &str, resource: &str| (verb.to_owned(), resource.to_owned());
         assert_eq!(
             counts.snapshot(),
@@ -128,5 +164,37 @@ mod tests {
                 (key("watch", "persistentvolumes"), 1),
             ])
         );
+    }
+
+    #[test]
+    fn each_clients_requests_are_counted_apart() {
+        let counts = RequestCounts::default();
+        counts.count("csi-provisioner", "create", "persistentvolumes");
+        counts.count(
+            "kube-controller-manager",
+            "update",
+            "persistentvolumes/status",
+        );
+        counts.count("csi-provisioner", "create", "persistentvolumes");
+        let key = |verb: &str, resource: &str| (verb.to_owned(), resource.to_owned());
+        assert_eq!(
+            counts.snapshot_of("csi-provisioner"),
+            BTreeMap::from([(key("create", "persistentvolumes"), 2)])
+        );
+        assert_eq!(
+            counts.snapshot_of("kube-controller-manager"),
+            BTreeMap::from([(key("update", "persistentvolumes/status"), 1)])
+        );
+        assert_eq!(counts.snapshot().len(), 2);
+    }
+
+    #[test]
+    fn a_client_is_named_by_its_user_agent_product() {
+        assert_eq!(
+            client_of(Some("csi-provisioner/v6.0.0 (linux/amd64)")),
+            "csi-provisioner"
+        );
+        assert_eq!(client_of(Some("kubectl")), "kubectl");
+        assert_eq!(client_of(None), "");
     }
 }

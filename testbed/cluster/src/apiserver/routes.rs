@@ -14,7 +14,7 @@ use super::request::{Format, Query, ResourceRequest};
 use super::requests::Permission;
 use super::resources::{self, ResourceInfo};
 use super::status::ApiError;
-use super::{Shared, delete, discovery, handlers, list, watch};
+use super::{Shared, delete, discovery, handlers, list, requests, watch};
 
 /// Largest request body accepted (kube-apiserver's limit is 3 MiB per object).
 const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -199,12 +199,15 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
                 Some(sub) => format!("{}/{sub}", info.plural),
                 None => info.plural.to_owned(),
             };
-            shared.requests.count(verb, &fault_resource);
+            let agent = parts
+                .headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok());
+            shared
+                .requests
+                .count(requests::client_of(agent), verb, &fault_resource);
             shared.requests.record_client(
-                parts
-                    .headers
-                    .get(header::USER_AGENT)
-                    .and_then(|agent| agent.to_str().ok()),
+                agent,
                 Permission {
                     group: info.group.to_owned(),
                     resource: fault_resource.clone(),
@@ -225,6 +228,7 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
                 query,
                 headers: parts.headers,
                 format,
+                managed_fields: shared.config.managed_fields,
             };
             let result = serve(&shared, &parts.method, req, body).await;
             result.unwrap_or_else(IntoResponse::into_response)

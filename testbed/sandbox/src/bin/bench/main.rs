@@ -13,6 +13,7 @@ mod burst;
 mod cache;
 mod calls;
 mod capacity;
+mod preload;
 mod procfs;
 mod provisioner;
 mod queue;
@@ -22,13 +23,12 @@ mod setup;
 mod stats;
 mod watch;
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 const EXIT_MEASUREMENT_FAILED: u8 = 1;
 const EXIT_SETUP_FAILED: u8 = 2;
@@ -68,7 +68,8 @@ struct Args {
     #[arg(long, default_value_t = 200)]
     attachments: usize,
     /// Attacher: PVs with an attached VolumeAttachment each; resizer: bound PVC+PV pairs;
-    /// stored before the second RSS reading.
+    /// stored before the second RSS reading. Provisioner: bound PVC+PV pairs stored before
+    /// it starts (a fresh start with that many objects).
     #[arg(long, default_value_t = 2000)]
     cached: usize,
     /// Capacity: Nodes, one topology segment each.
@@ -188,13 +189,7 @@ async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<(String, bool)> {
 async fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
-        )
-        .init();
+    testbed_sandbox::fixtures::init_tracing();
     match run(&args, argv).await {
         Ok((text, failed)) => {
             out(&text);

@@ -5,6 +5,11 @@
 //! StorageClass created at once, the claim-to-PV latency (p50/p90/p99/max), the wall time of
 //! the burst and the provisioner CPU time per provision (utime+stime from /proc); the RSS with
 //! those objects cached; and how long deleting them took (docs/bench.md).
+//!
+//! Before the provisioner starts, `--cached` bound claim+PV pairs are stored ([`preload`]), so
+//! the start-up is a fresh start with that many objects: the report gives the start-to-ready
+//! times (diagnostics served, caches synced, every stored object through its queue), the API
+//! requests of the start-up, and the RSS with them cached.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -17,6 +22,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::json;
+use testbed_cluster::apiserver::ApiServer;
 use testbed_cluster::kcm::{self, ControllerManager};
 use testbed_mock_csi::{DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID};
 use testbed_support::process::{self, ChildProcess};
@@ -24,17 +30,36 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::procfs::{cpu_time, load_average, rss_kib};
+use crate::requests::{self, Counts};
 use crate::setup::{self, Cluster};
 use crate::stats::{kib, latencies, ms, percentile, preamble, result};
-use crate::{Args, calls, watch};
+use crate::{Args, calls, preload, queue, watch};
 
 const NAMESPACE: &str = "bench";
 const STORAGE_CLASS: &str = "bench-immediate";
 const PROVISIONER: &str = "csi-provisioner";
 
+/// The log line csi-provisioner writes when its informers have synced (upstream's
+/// "Started provisioner controller"): the moment it is ready to work.
+const SYNCED_LINE: &str = "caches synced, starting controllers";
+
+/// How long the start-up took, from spawning the process.
+#[derive(Debug, Default)]
+pub(crate) struct StartUp {
+    /// Until `--http-endpoint` accepted a connection (the driver was probed and named).
+    http: Option<Duration>,
+    /// Until the log said the caches synced.
+    synced: Option<Duration>,
+    /// Until every stored claim and PV went through its work queue (only with `--cached`).
+    drained: Option<Duration>,
+    /// The provisioner's API requests from spawning to `drained` (or `synced`).
+    requests: Option<Counts>,
+}
+
 /// What one run measured.
 #[derive(Debug, Default)]
 pub(crate) struct Measured {
+    startup: StartUp,
     rss_idle_kib: Option<u64>,
     latencies: Vec<Duration>,
     burst_wall: Option<Duration>,
@@ -45,6 +70,11 @@ pub(crate) struct Measured {
     load_after: Option<String>,
     rss_loaded_kib: Option<u64>,
     delete_wall: Option<Duration>,
+    /// The provisioner's API requests from the first create to the settle time after the last
+    /// PV (Events included).
+    provision_requests: Option<Counts>,
+    /// The same from the first claim deletion to the settle time after the last PV went.
+    delete_requests: Option<Counts>,
     failures: Vec<String>,
 }
 
@@ -53,6 +83,7 @@ pub(crate) struct Measured {
 pub(crate) struct Report {
     args: Vec<String>,
     claims: usize,
+    cached: usize,
     provisioner_command: String,
     provisioner_log: PathBuf,
     measured: Measured,
@@ -76,9 +107,14 @@ impl Report {
             &self.provisioner_command,
             &self.provisioner_log,
         );
-        let _ = writeln!(s, "- claims: {}\n", self.claims);
+        let _ = writeln!(
+            s,
+            "- claims: {}\n- bound claim+PV pairs stored before the start: {}\n",
+            self.claims, self.cached
+        );
         let _ = writeln!(s, "| measurement | value |");
         let _ = writeln!(s, "|---|---|");
+        render_startup(&mut s, &m.startup);
         let _ = writeln!(
             s,
             "| RSS at idle after start-up | {} |",
@@ -137,14 +173,68 @@ impl Report {
             "| delete wall time (claims deleted to last PV gone) | {} |",
             m.delete_wall.map_or_else(na, ms)
         );
+        self.render_requests(&mut s);
         let _ = writeln!(
             s,
             "\nCPU time comes from /proc in 10 ms ticks. Latency runs from the moment the \
-             claim's create call returned to the moment a watch on PVs delivered the PV."
+             claim's create call returned to the moment a watch on PVs delivered the PV. \
+             Start-up times are polled every 50 ms (drained: every 200 ms)."
         );
         s.push_str(&result(&m.failures));
         s
     }
+
+    /// The request tables: per provision, per deletion, per start.
+    fn render_requests(&self, s: &mut String) {
+        use std::fmt::Write as _;
+        let m = &self.measured;
+        if let Some(counts) = &m.provision_requests {
+            let _ = writeln!(s, "\nAPI requests of csi-provisioner per provision:\n");
+            s.push_str(&requests::table(
+                counts,
+                m.latencies.len(),
+                "per provision",
+                &UPSTREAM_PROVISION,
+            ));
+        }
+        if let Some(counts) = &m.delete_requests {
+            let _ = writeln!(s, "\nAPI requests of csi-provisioner per deletion:\n");
+            s.push_str(&requests::table(
+                counts,
+                self.claims,
+                "per deletion",
+                &UPSTREAM_DELETE,
+            ));
+        }
+        if let Some(counts) = &m.startup.requests {
+            let _ = writeln!(
+                s,
+                "\nAPI requests of csi-provisioner during the start-up:\n"
+            );
+            s.push_str(&requests::table(counts, 1, "per start", &UPSTREAM_START));
+        }
+    }
+}
+
+/// The start-up rows of the report.
+fn render_startup(s: &mut String, up: &StartUp) {
+    use std::fmt::Write as _;
+    let na = || "n/a".to_owned();
+    let _ = writeln!(
+        s,
+        "| start to diagnostics served | {} |",
+        up.http.map_or_else(na, ms)
+    );
+    let _ = writeln!(
+        s,
+        "| start to caches synced (ready) | {} |",
+        up.synced.map_or_else(na, ms)
+    );
+    let _ = writeln!(
+        s,
+        "| start to every stored object through its queue | {} |",
+        up.drained.map_or_else(na, ms)
+    );
 }
 
 async fn create_fixtures(client: &Client, driver: &str) -> anyhow::Result<()> {
@@ -339,8 +429,31 @@ async fn delete_fixtures(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What upstream v6.3 sends per provision (fixtures/traffic/go-sidecar-requests.txt,
+/// 15:35:48): the `Provisioning` and `ProvisioningSucceeded` Events and the PV (its finalizer
+/// included).
+const UPSTREAM_PROVISION: [requests::Expected; 2] =
+    [("create", "events", 2), ("create", "persistentvolumes", 1)];
+
+/// What upstream v6.3 sends per deletion of a Delete-policy PV (same capture, 15:36:06): the
+/// delete, then the patch that removes its finalizer.
+const UPSTREAM_DELETE: [requests::Expected; 2] = [
+    ("delete", "persistentvolumes", 1),
+    ("patch", "persistentvolumes", 1),
+];
+
+/// The provisioner's requests since `before`.
+fn provisioner_requests(server: &ApiServer, before: &Counts) -> Counts {
+    requests::sent_by_others(
+        before,
+        &server.requests().snapshot_of(PROVISIONER),
+        &Counts::new(),
+    )
+}
+
 /// Measures with a running provisioner; every failure lands in `m.failures`.
 async fn measure(
+    server: &ApiServer,
     client: &Client,
     provisioner: &ChildProcess,
     args: &Args,
@@ -353,20 +466,63 @@ async fn measure(
     let timeout = Duration::from_secs(args.timeout_secs);
     tokio::time::sleep(settle).await;
     m.rss_idle_kib = Some(rss_kib(pid)?);
+    let before = server.requests().snapshot_of(PROVISIONER);
     let burst_result = burst(client, provisioner, pid, args.claims, timeout, m).await;
     if let Err(e) = &burst_result {
         m.failures.push(format!("{e:#}"));
     } else {
         tokio::time::sleep(settle).await;
+        m.provision_requests = Some(provisioner_requests(server, &before));
         match rss_kib(pid) {
             Ok(v) => m.rss_loaded_kib = Some(v),
             Err(e) => m.failures.push(format!("{e:#}")),
         }
     }
+    let before = server.requests().snapshot_of(PROVISIONER);
     match delete_all(client, args.claims, timeout).await {
-        Ok(d) => m.delete_wall = Some(d),
+        Ok(d) => {
+            m.delete_wall = Some(d);
+            tokio::time::sleep(settle).await;
+            m.delete_requests = Some(provisioner_requests(server, &before));
+        }
         Err(e) => m.failures.push(format!("cleanup: {e:#}")),
     }
+    Ok(())
+}
+
+/// What upstream v6.3 sends to start (fixtures/traffic/go-sidecar-requests.txt, 15:35:03):
+/// one streaming-list watch per informer (`sendInitialEvents=true`), no list.
+const UPSTREAM_START: [requests::Expected; 6] = [
+    ("watch", "persistentvolumeclaims", 1),
+    ("watch", "persistentvolumes", 1),
+    ("watch", "storageclasses", 1),
+    ("watch", "nodes", 1),
+    ("watch", "csinodes", 1),
+    ("watch", "volumeattachments", 1),
+];
+
+/// Waits for the start-up milestones after the diagnostics endpoint answered.
+async fn start_up(
+    server: &ApiServer,
+    provisioner: &mut ChildProcess,
+    http: std::net::SocketAddr,
+    (spawned, before): (Instant, &Counts),
+    cached: usize,
+    timeout: Duration,
+    up: &mut StartUp,
+) -> anyhow::Result<()> {
+    provisioner
+        .wait_logged(SYNCED_LINE, timeout)
+        .await
+        .context("the caches did not sync")?;
+    up.synced = Some(spawned.elapsed());
+    if cached > 0 {
+        queue::wait_drained(http, "volumes", 0.0, cached, timeout).await?;
+        queue::wait_drained(http, "claims", 0.0, cached, timeout).await?;
+        up.drained = Some(spawned.elapsed());
+    }
+    let after = server.requests().snapshot_of(PROVISIONER);
+    up.requests = Some(requests::sent_by_others(before, &after, &Counts::new()));
     Ok(())
 }
 
@@ -379,17 +535,42 @@ pub(crate) async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<Report
     let client = cluster.server.client();
     let kcm = ControllerManager::start(client.clone(), kcm::Config::default());
     create_fixtures(&client, DEFAULT_DRIVER_NAME).await?;
+    setup::create_namespace(&client, preload::NAMESPACE).await?;
+    preload::store(
+        &cluster.server,
+        args.cached,
+        STORAGE_CLASS,
+        DEFAULT_DRIVER_NAME,
+    )?;
 
     let http = process::free_port().context("no free port")?;
     let provisioner_args =
         setup::sidecar_args(&cluster, http, args.client_flags(), "--worker-threads");
     let log = work_dir.join(format!("{PROVISIONER}.log"));
-    let (provisioner, ready) =
+    let requests_before = cluster.server.requests().snapshot_of(PROVISIONER);
+    let spawned = Instant::now();
+    let (mut provisioner, ready) =
         setup::start_sidecar(PROVISIONER, &binary, &provisioner_args, &log, http).await?;
     let mut measured = Measured::default();
     match ready {
         Ok(()) => {
-            if let Err(e) = measure(&client, &provisioner, args, &mut measured).await {
+            measured.startup.http = Some(spawned.elapsed());
+            let timeout = Duration::from_secs(args.timeout_secs);
+            if let Err(e) = start_up(
+                &cluster.server,
+                &mut provisioner,
+                http,
+                (spawned, &requests_before),
+                args.cached,
+                timeout,
+                &mut measured.startup,
+            )
+            .await
+            {
+                measured.failures.push(format!("{e:#}"));
+            } else if let Err(e) =
+                measure(&cluster.server, &client, &provisioner, args, &mut measured).await
+            {
                 measured.failures.push(format!("{e:#}"));
             }
         }
@@ -404,6 +585,7 @@ pub(crate) async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<Report
     Ok(Report {
         args: argv,
         claims: args.claims,
+        cached: args.cached,
         provisioner_command: command,
         provisioner_log: log,
         measured,

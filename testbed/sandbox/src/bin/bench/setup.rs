@@ -7,14 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{Namespace, Node};
-use k8s_openapi::api::storage::v1::CSINode;
+use k8s_openapi::api::core::v1::Namespace;
 use serde_json::json;
 use testbed_cluster::apiserver::{ApiServer, Listening};
-use testbed_mock_csi::{
-    DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, MockDriver, MockDriverConfig,
-    MockDriverHandle,
-};
+use testbed_mock_csi::MockDriverHandle;
+use testbed_sandbox::fixtures::Backends;
 use testbed_support::process::{self, ChildProcess};
 
 use crate::ClientFlags;
@@ -65,21 +62,23 @@ impl std::fmt::Debug for Cluster {
 
 impl Cluster {
     /// Starts both, with the driver's default configuration (CONTROLLER_SERVICE with
-    /// CREATE_DELETE_VOLUME and PUBLISH_UNPUBLISH_VOLUME), and stores the Node and CSINode.
+    /// CREATE_DELETE_VOLUME and PUBLISH_UNPUBLISH_VOLUME) and the API server recording
+    /// `managedFields`, and stores the Node and CSINode.
     pub(crate) async fn start(work_dir: &Path) -> anyhow::Result<Self> {
-        let server = ApiServer::new();
-        let listening = server
-            .listen()
-            .await
-            .context("cannot start the API server")?;
-        let kubeconfig = work_dir.join("kubeconfig");
-        listening
-            .write_kubeconfig(&kubeconfig)
-            .context("cannot write the kubeconfig")?;
-        let driver = MockDriver::start(MockDriverConfig::default(), work_dir.join("csi.sock"))
-            .await
-            .context("cannot start the mock driver")?;
-        register_node(&server, DEFAULT_DRIVER_NAME)?;
+        // With managedFields, as kube-apiserver: the sidecars' caches must cope with them.
+        let Backends {
+            server,
+            listening,
+            kubeconfig,
+            driver,
+        } = Backends::start_with(
+            work_dir,
+            testbed_cluster::apiserver::Config {
+                managed_fields: true,
+                ..testbed_cluster::apiserver::Config::default()
+            },
+        )
+        .await?;
         Ok(Self {
             server,
             listening,
@@ -95,27 +94,6 @@ impl Cluster {
         }
         self.listening.shutdown().await;
     }
-}
-
-/// What kubelet and the registrar would have written, so topology-aware provisioning has a
-/// node to pick (as provisioner/tests/support does) and the attacher finds the node ID.
-fn register_node(server: &ApiServer, driver: &str) -> anyhow::Result<()> {
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": DEFAULT_NODE_ID, "labels": {DEFAULT_TOPOLOGY_KEY: DEFAULT_NODE_ID}},
-    }))?;
-    server.put_object(&node).context("cannot store the Node")?;
-    let csinode: CSINode = serde_json::from_value(json!({
-        "metadata": {"name": DEFAULT_NODE_ID},
-        "spec": {"drivers": [{
-            "name": driver,
-            "nodeID": DEFAULT_NODE_ID,
-            "topologyKeys": [DEFAULT_TOPOLOGY_KEY],
-        }]},
-    }))?;
-    server
-        .put_object(&csinode)
-        .context("cannot store the CSINode")?;
-    Ok(())
 }
 
 /// Creates namespace `name` (the API server refuses namespaced objects in a missing one).

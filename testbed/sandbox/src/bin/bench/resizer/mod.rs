@@ -18,13 +18,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::json;
 use testbed_cluster::apiserver::ApiServer;
 use testbed_mock_csi::{DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID, MockDriverHandle, MockVolume};
+use testbed_sandbox::fixtures::Binding;
 use testbed_support::process;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -57,60 +58,15 @@ fn pv_name(prefix: &str, i: usize) -> String {
     format!("{prefix}pv-{i}")
 }
 
-/// A claim bound to its PV, as the PV controller leaves it after binding.
-fn claim(prefix: &str, i: usize) -> anyhow::Result<PersistentVolumeClaim> {
-    Ok(serde_json::from_value(json!({
-        "metadata": {
-            "name": claim_name(prefix, i),
-            "namespace": NAMESPACE,
-            "annotations": {
-                "pv.kubernetes.io/bind-completed": "yes",
-                "pv.kubernetes.io/bound-by-controller": "yes",
-                "volume.kubernetes.io/storage-provisioner": DEFAULT_DRIVER_NAME,
-            },
-            "finalizers": ["kubernetes.io/pvc-protection"],
-        },
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": "1Gi"}},
-            "storageClassName": "bench",
-            "volumeMode": "Filesystem",
-            "volumeName": pv_name(prefix, i),
-        },
-        "status": {
-            "phase": "Bound",
-            "accessModes": ["ReadWriteOnce"],
-            "capacity": {"storage": "1Gi"},
-        },
-    }))?)
-}
-
-/// The CSI PV of that claim (whose uid is `claim_uid`), as csi-provisioner and the PV
-/// controller leave it.
-fn volume(prefix: &str, i: usize, claim_uid: &str) -> anyhow::Result<PersistentVolume> {
-    Ok(serde_json::from_value(json!({
-        "metadata": {
-            "name": pv_name(prefix, i),
-            "annotations": {"pv.kubernetes.io/provisioned-by": DEFAULT_DRIVER_NAME},
-            "finalizers": ["kubernetes.io/pv-protection"],
-        },
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Delete",
-            "storageClassName": "bench",
-            "volumeMode": "Filesystem",
-            "claimRef": {
-                "kind": "PersistentVolumeClaim",
-                "apiVersion": "v1",
-                "namespace": NAMESPACE,
-                "name": claim_name(prefix, i),
-                "uid": claim_uid,
-            },
-            "csi": {"driver": DEFAULT_DRIVER_NAME, "volumeHandle": pv_name(prefix, i), "fsType": "ext4"},
-        },
-        "status": {"phase": "Bound"},
-    }))?)
+/// The bound claim and PV named `names` (claim, PV).
+fn binding(names: &(String, String)) -> Binding<'_> {
+    Binding {
+        namespace: NAMESPACE,
+        claim: &names.0,
+        volume: &names.1,
+        class: "bench",
+        driver: DEFAULT_DRIVER_NAME,
+    }
 }
 
 /// A running pod on the bench node that mounts claim `i` of the cache load.
@@ -141,12 +97,13 @@ fn store_claims(
 ) -> anyhow::Result<()> {
     for i in 1..=count {
         driver.insert_volume(MockVolume::new(pv_name(prefix, i), GI));
+        let names = (claim_name(prefix, i), pv_name(prefix, i));
         let stored = server
-            .put_object(&claim(prefix, i)?)
+            .put_object(&binding(&names).claim()?)
             .context("cannot store a claim")?;
         let uid = stored.metadata.uid.unwrap_or_default();
         server
-            .put_object(&volume(prefix, i, &uid)?)
+            .put_object(&binding(&names).volume(&uid)?)
             .context("cannot store a PV")?;
     }
     Ok(())

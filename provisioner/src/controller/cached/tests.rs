@@ -1,0 +1,217 @@
+use serde_json::{Value, json};
+
+use super::*;
+
+/// A claim with every spec field, plus what the projection drops (managedFields, status
+/// fields other than the phase).
+fn claim_json() -> Value {
+    json!({
+        "kind": "PersistentVolumeClaim",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": "copy", "namespace": "ns", "uid": "u-1", "resourceVersion": "7",
+            "creationTimestamp": "2026-11-21T15:35:48Z",
+            "deletionTimestamp": "2026-11-21T15:36:48Z",
+            "labels": {"team": "storage"},
+            "annotations": {
+                "volume.kubernetes.io/storage-provisioner": "hostpath.csi.k8s.io",
+                "volume.kubernetes.io/selected-node": "node-1"
+            },
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "s", "uid": "1"}],
+            "finalizers": ["kubernetes.io/pvc-protection"],
+            "managedFields": [{"manager": "kubectl", "operation": "Update"}]
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "dataSource": {"kind": "PersistentVolumeClaim", "name": "src"},
+            "dataSourceRef": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
+                              "name": "snap", "namespace": "other"},
+            "resources": {"requests": {"storage": "2Gi"}, "limits": {"storage": "3Gi"}},
+            "selector": {"matchLabels": {"a": "b"}},
+            "storageClassName": "fast",
+            "volumeAttributesClassName": "gold",
+            "volumeMode": "Block",
+            "volumeName": "pv-1"
+        },
+        "status": {
+            "phase": "Pending",
+            "accessModes": ["ReadWriteOnce"],
+            "capacity": {"storage": "2Gi"},
+            "conditions": [{"type": "Resizing", "status": "True"}]
+        }
+    })
+}
+
+/// A provisioned CSI volume with every spec field but the in-tree sources, plus an in-tree
+/// source and status fields the projection drops.
+fn volume_json() -> Value {
+    let secret = |name: &str| json!({"name": name, "namespace": "secrets"});
+    json!({
+        "kind": "PersistentVolume",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": "pvc-1", "uid": "u-2", "resourceVersion": "9",
+            "labels": {"zone": "a"},
+            "annotations": {
+                "pv.kubernetes.io/provisioned-by": "hostpath.csi.k8s.io",
+                "volume.kubernetes.io/provisioner-deletion-secret-name": "s"
+            },
+            "finalizers": ["external-provisioner.volume.kubernetes.io/finalizer"],
+            "managedFields": [{"manager": "csi-provisioner", "operation": "Update"}]
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "capacity": {"storage": "2Gi"},
+            "claimRef": {"kind": "PersistentVolumeClaim", "namespace": "ns", "name": "copy",
+                         "uid": "u-1", "resourceVersion": "7"},
+            "csi": {
+                "driver": "hostpath.csi.k8s.io",
+                "volumeHandle": "h-1",
+                "fsType": "ext4",
+                "readOnly": true,
+                "volumeAttributes": {"storage.kubernetes.io/csiProvisionerIdentity": "1-2-h",
+                                     "a": "b"},
+                "controllerExpandSecretRef": secret("ce"),
+                "controllerPublishSecretRef": secret("cp"),
+                "nodeExpandSecretRef": secret("ne"),
+                "nodePublishSecretRef": secret("np"),
+                "nodeStageSecretRef": secret("ns")
+            },
+            "mountOptions": ["noatime"],
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.hostpath.csi/node", "operator": "In", "values": ["node-1"]}
+            ]}]}},
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": "fast",
+            "volumeAttributesClassName": "gold",
+            "volumeMode": "Block",
+            "nfs": {"server": "nfs.example.com", "path": "/export"}
+        },
+        "status": {"phase": "Bound", "message": "m", "reason": "r"}
+    })
+}
+
+fn without_managed_fields(meta: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        managed_fields: None,
+        ..meta
+    }
+}
+
+/// The real claim cut down to what the projection keeps.
+fn kept_claim(real: real::PersistentVolumeClaim) -> real::PersistentVolumeClaim {
+    real::PersistentVolumeClaim {
+        metadata: without_managed_fields(real.metadata),
+        spec: real.spec,
+        status: real.status.map(|s| real::PersistentVolumeClaimStatus {
+            phase: s.phase,
+            ..Default::default()
+        }),
+    }
+}
+
+/// The real volume cut down to what the projection keeps.
+fn kept_volume(real: real::PersistentVolume) -> real::PersistentVolume {
+    real::PersistentVolume {
+        metadata: without_managed_fields(real.metadata),
+        spec: real
+            .spec
+            .map(|s| real::PersistentVolumeSpec { nfs: None, ..s }),
+        status: real.status.map(|s| real::PersistentVolumeStatus {
+            phase: s.phase,
+            ..Default::default()
+        }),
+    }
+}
+
+#[test]
+fn a_cached_claim_reads_as_the_real_claim_but_for_managed_fields_and_status_details() {
+    let real: real::PersistentVolumeClaim = serde_json::from_value(claim_json()).unwrap();
+    let mut cached: PersistentVolumeClaim = serde_json::from_value(claim_json()).unwrap();
+    trim_claim(&mut cached);
+    assert!(cached.metadata.annotations.is_none(), "moved to the list");
+    assert_eq!(cached.annotations.as_deref().map(<[_]>::len), Some(2));
+    let want = kept_claim(real.clone());
+    assert_eq!(cached.to_full(), want);
+    // The fixture sets what the projection must keep, so the comparison above can fail.
+    let spec = want.spec.as_ref().unwrap();
+    assert!(
+        spec.data_source.is_some()
+            && spec.data_source_ref.is_some()
+            && spec.selector.is_some()
+            && spec.volume_attributes_class_name.is_some()
+            && spec.resources.as_ref().is_some_and(|r| r.limits.is_some())
+            && want.metadata.owner_references.is_some()
+            && want.metadata.labels.is_some()
+            && want.metadata.finalizers.is_some()
+    );
+    assert_ne!(
+        want, real,
+        "managedFields and the status details are dropped"
+    );
+}
+
+#[test]
+fn a_cached_volume_reads_as_the_real_volume_but_for_in_tree_sources_and_status_details() {
+    let real: real::PersistentVolume = serde_json::from_value(volume_json()).unwrap();
+    let mut cached: PersistentVolume = serde_json::from_value(volume_json()).unwrap();
+    trim_volume(&mut cached);
+    assert!(cached.metadata.annotations.is_none(), "moved to the list");
+    let want = kept_volume(real.clone());
+    assert_eq!(cached.to_full(), want);
+    let spec = want.spec.as_ref().unwrap();
+    let csi = spec.csi.as_ref().unwrap();
+    assert!(
+        csi.node_stage_secret_ref.is_some()
+            && csi.volume_attributes.as_ref().is_some_and(|a| a.len() == 2)
+            && spec.node_affinity.is_some()
+            && spec.claim_ref.is_some()
+            && spec.persistent_volume_reclaim_policy.is_some()
+            && want
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.len() == 2)
+    );
+    assert_ne!(
+        want, real,
+        "the in-tree source and the status details are dropped"
+    );
+}
+
+#[test]
+fn absent_and_null_fields_read_as_k8s_openapi_reads_them() {
+    for value in [
+        json!({}),
+        json!({"metadata": null, "spec": null, "status": null}),
+        json!({"spec": {"resources": {"requests": null}, "csi": {"driver": null, "volumeHandle": null}}}),
+    ] {
+        let real: real::PersistentVolumeClaim = serde_json::from_value(value.clone()).unwrap();
+        let cached: PersistentVolumeClaim = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(cached.to_full(), kept_claim(real));
+        let real: real::PersistentVolume = serde_json::from_value(value.clone()).unwrap();
+        let cached: PersistentVolume = serde_json::from_value(value).unwrap();
+        assert_eq!(cached.to_full(), kept_volume(real));
+    }
+}
+
+#[test]
+fn the_projections_are_the_resources_they_project() {
+    use kube::Resource;
+    assert_eq!(
+        PersistentVolumeClaim::url_path(&(), None),
+        real::PersistentVolumeClaim::url_path(&(), None)
+    );
+    assert_eq!(
+        PersistentVolumeClaim::kind(&()),
+        real::PersistentVolumeClaim::kind(&())
+    );
+    assert_eq!(
+        PersistentVolume::url_path(&(), None),
+        real::PersistentVolume::url_path(&(), None)
+    );
+    assert_eq!(
+        PersistentVolume::api_version(&()),
+        real::PersistentVolume::api_version(&())
+    );
+}

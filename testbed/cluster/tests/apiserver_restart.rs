@@ -1,0 +1,106 @@
+//! `ApiServer::restart` behaves like a kube-apiserver process restart seen from a client over
+//! HTTP: open watches end, the port refuses connections while it is down, the same objects
+//! come back with a newer resourceVersion, and after a compaction a watch resumed from an old
+//! resourceVersion gets 410 Expired.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failed step should panic with its error"
+)]
+
+use std::time::Duration;
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use testbed_cluster::apiserver::{ApiServer, Listening};
+
+fn client_of(listening: &Listening) -> Client {
+    Client::try_from(kube::Config::new(listening.url().parse().unwrap())).unwrap()
+}
+
+async fn stored_config_map(api: &Api<ConfigMap>) -> String {
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "kept", "namespace": "default"}}))
+            .unwrap();
+    api.create(&PostParams::default(), &cm)
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_ends_watches_refuses_connections_then_serves_the_same_objects_newer() {
+    let server = ApiServer::new();
+    let listening = server.listen().await.unwrap();
+    let addr = listening.addr();
+    let api: Api<ConfigMap> = Api::namespaced(client_of(&listening), "default");
+    let created_rv = stored_config_map(&api).await;
+    let mut watch = api
+        .watch(&WatchParams::default(), &created_rv)
+        .await
+        .unwrap()
+        .boxed();
+
+    let restarting = tokio::spawn({
+        let server = server.clone();
+        async move {
+            server
+                .restart(listening, Duration::from_secs(2), false)
+                .await
+                .unwrap()
+        }
+    });
+    // The open watch ends (the stream is over, no event).
+    assert!(watch.try_next().await.unwrap_or(None).is_none());
+    // While it is down, the port refuses connections.
+    let mut refused = false;
+    while !restarting.is_finished() && !refused {
+        refused = tokio::net::TcpStream::connect(addr).await.is_err();
+    }
+    assert!(refused, "the port never refused a connection");
+    let listening = restarting.await.unwrap();
+    assert_eq!(listening.addr(), addr);
+
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let names: Vec<_> = list.items.iter().map(|c| c.metadata.name.clone()).collect();
+    assert_eq!(names, [Some("kept".to_owned())]);
+    let list_rv: u64 = list.metadata.resource_version.unwrap().parse().unwrap();
+    assert!(list_rv > created_rv.parse().unwrap());
+    // Without a compaction a watch resumes from the old resourceVersion.
+    let mut resumed = api
+        .watch(&WatchParams::default().timeout(1), &created_rv)
+        .await
+        .unwrap()
+        .boxed();
+    assert!(resumed.try_next().await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_restart_with_compaction_a_resumed_watch_gets_410_expired() {
+    let server = ApiServer::new();
+    let listening = server.listen().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client_of(&listening), "default");
+    let created_rv = stored_config_map(&api).await;
+    let listening = server
+        .restart(listening, Duration::from_millis(100), true)
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client_of(&listening), "default");
+    let mut resumed = api
+        .watch(&WatchParams::default(), &created_rv)
+        .await
+        .unwrap()
+        .boxed();
+    match resumed.try_next().await.unwrap() {
+        Some(WatchEvent::Error(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
+        }
+        other => panic!("expected 410 Expired, got {other:?}"),
+    }
+}

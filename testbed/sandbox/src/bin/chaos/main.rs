@@ -1,0 +1,194 @@
+//! `chaos`: the reliability suite (issue 14). Runs each fault against each controller sidecar
+//! binary (csi-provisioner, csi-attacher, csi-resizer), with the in-memory API server, the
+//! controller-manager stand-in and the mock CSI driver in this process, and prints a table:
+//! fault, sidecar, object count, converged, orphaned, duplicated, time to converge, sidecar
+//! restarts, what was observed, and upstream's behaviour for the same fault
+//! (docs/reliability.md).
+//!
+//! Exit code 0 when every row passed, 1 when one failed, 2 when the suite could not be set up.
+
+mod fault;
+mod report;
+mod rig;
+mod scenario;
+mod workload;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+
+use fault::Fault;
+use scenario::Setup;
+
+const EXIT_FAILED: u8 = 1;
+const EXIT_SETUP_FAILED: u8 = 2;
+
+/// A controller sidecar the suite runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Sidecar {
+    /// csi-provisioner: claims to PVs.
+    Provisioner,
+    /// csi-attacher: VolumeAttachments attached.
+    Attacher,
+    /// csi-resizer: bound claims expanded.
+    Resizer,
+}
+
+impl Sidecar {
+    /// Its binary name (upstream's).
+    pub(crate) fn binary(self) -> &'static str {
+        match self {
+            Sidecar::Provisioner => "csi-provisioner",
+            Sidecar::Attacher => "csi-attacher",
+            Sidecar::Resizer => "csi-resizer",
+        }
+    }
+}
+
+/// Flags of `chaos`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "chaos",
+    about = "Run faults (leader loss, driver errors and crashes, API server restarts, conflicts, mid-operation changes) against the CSI sidecar binaries and print what converged, leaked or repeated"
+)]
+struct Args {
+    /// Sidecars to run (all by default).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    sidecar: Vec<Sidecar>,
+    /// Faults to run (all by default).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    fault: Vec<Fault>,
+    /// Claims created at once for csi-provisioner.
+    #[arg(long, default_value_t = 200)]
+    claims: usize,
+    /// VolumeAttachments created at once for csi-attacher.
+    #[arg(long, default_value_t = 200)]
+    attachments: usize,
+    /// Expansions requested at once for csi-resizer.
+    #[arg(long, default_value_t = 100)]
+    expansions: usize,
+    /// Seed of the random driver errors.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Longest wait, in seconds, for one scenario's burst to converge.
+    #[arg(long, default_value_t = 180)]
+    timeout_secs: u64,
+    /// Directory with the sidecar binaries (default: this binary's dir).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Directory for sockets, kubeconfigs and sidecar logs (default: a new temp dir, kept).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Also write the table as Markdown to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+impl Args {
+    fn count(&self, sidecar: Sidecar) -> usize {
+        match sidecar {
+            Sidecar::Provisioner => self.claims,
+            Sidecar::Attacher => self.attachments,
+            Sidecar::Resizer => self.expansions,
+        }
+    }
+}
+
+fn out(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes());
+    let _ = stdout.flush();
+}
+
+fn dirs(args: &Args) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let bin_dir = match &args.bin_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::current_exe()
+            .context("cannot find this binary")?
+            .parent()
+            .context("this binary has no parent directory")?
+            .to_owned(),
+    };
+    let work_dir = match &args.work_dir {
+        Some(dir) => dir.clone(),
+        None => tempfile::Builder::new()
+            .prefix("csi-chaos-")
+            .tempdir()
+            .context("cannot create the work dir")?
+            .keep(),
+    };
+    Ok((bin_dir, work_dir))
+}
+
+async fn run(args: &Args, argv: &[String]) -> anyhow::Result<report::Report> {
+    let (bin_dir, work_dir) = dirs(args)?;
+    let sidecars = if args.sidecar.is_empty() {
+        vec![Sidecar::Provisioner, Sidecar::Attacher, Sidecar::Resizer]
+    } else {
+        args.sidecar.clone()
+    };
+    let faults = if args.fault.is_empty() {
+        fault::ALL.to_vec()
+    } else {
+        args.fault.clone()
+    };
+    let mut report = report::Report::new(argv, args.seed, &work_dir);
+    for &sidecar in &sidecars {
+        let binary = bin_dir.join(sidecar.binary());
+        anyhow::ensure!(
+            binary.is_file(),
+            "{} is missing (build it with `cargo build --bins`)",
+            binary.display()
+        );
+        for &fault in faults.iter().filter(|f| f.applies_to(sidecar)) {
+            let setup = Setup {
+                binary: &binary,
+                work_dir: &work_dir,
+                count: args.count(sidecar),
+                seed: args.seed,
+                timeout: Duration::from_secs(args.timeout_secs),
+                secrets: &[rig::SECRET_VALUE.to_owned()],
+            };
+            eprintln!("chaos: {} against {}", fault.name(), sidecar.binary());
+            let row = scenario::run(sidecar, fault, &setup)
+                .await
+                .with_context(|| format!("{} against {}", fault.name(), sidecar.binary()))?;
+            eprintln!("{}", report::render_row(&row));
+            report.rows.push(row);
+        }
+    }
+    report.finish();
+    Ok(report)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let args = Args::parse();
+    testbed_sandbox::fixtures::init_tracing();
+    match run(&args, &argv).await {
+        Ok(report) => {
+            let text = report.render();
+            out(&text);
+            if let Some(path) = &args.report
+                && let Err(e) = std::fs::write(path, &text)
+            {
+                eprintln!("chaos: cannot write {}: {e}", path.display());
+                return ExitCode::from(EXIT_FAILED);
+            }
+            if report.failed() {
+                ExitCode::from(EXIT_FAILED)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(err) => {
+            eprintln!("chaos: {err:#}");
+            ExitCode::from(EXIT_SETUP_FAILED)
+        }
+    }
+}

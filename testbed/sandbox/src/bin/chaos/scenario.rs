@@ -1,0 +1,309 @@
+//! One row of the table: a fault against a sidecar. Start the rig and the replicas, arm the
+//! fault, launch the burst, strike once a quarter of it is done, wait for convergence while
+//! the "kubelet" restarts replicas that exit, then read the verdict.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::json;
+use testbed_support::process::Signal;
+use tokio::time::Instant;
+
+use crate::Sidecar;
+use crate::fault::Fault;
+use crate::rig::{LEASE_DURATION, NAMESPACE, Rig};
+use crate::workload::{Tally, Workload};
+
+/// How often progress is read.
+const POLL: Duration = Duration::from_millis(100);
+/// How long the standby may take over after the leader is gone: lease duration + 2 s.
+const TAKEOVER_LIMIT: Duration = Duration::from_secs(LEASE_DURATION.as_secs() + 2);
+
+/// What one scenario found.
+#[derive(Debug)]
+pub(crate) struct Row {
+    pub(crate) fault: Fault,
+    pub(crate) sidecar: Sidecar,
+    pub(crate) tally: Tally,
+    pub(crate) orphaned: Option<usize>,
+    pub(crate) duplicated: usize,
+    pub(crate) converged_in: Option<Duration>,
+    pub(crate) restarts: usize,
+    /// What was observed besides the counts (takeover time, exit codes, ...).
+    pub(crate) notes: Vec<String>,
+    /// Why the row failed; empty when it passed.
+    pub(crate) problems: Vec<String>,
+}
+
+/// Inputs of one scenario.
+#[derive(Debug, Clone)]
+pub(crate) struct Setup<'a> {
+    pub(crate) binary: &'a Path,
+    pub(crate) work_dir: &'a Path,
+    pub(crate) count: usize,
+    pub(crate) seed: u64,
+    pub(crate) timeout: Duration,
+    /// Values that must never appear in a sidecar log.
+    pub(crate) secrets: &'a [String],
+}
+
+/// Polls until `done(tally)` or the deadline, restarting exited replicas meanwhile.
+async fn wait_for(
+    rig: &mut Rig,
+    work: &mut Workload,
+    deadline: Instant,
+    done: impl Fn(Tally) -> bool,
+) -> anyhow::Result<Tally> {
+    loop {
+        rig.restart_exited()?;
+        let tally = work.observe(rig);
+        if done(tally) || Instant::now() >= deadline {
+            return Ok(tally);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Runs one scenario; an `Err` is a failure to set it up, not a finding.
+pub(crate) async fn run(sidecar: Sidecar, fault: Fault, setup: &Setup<'_>) -> anyhow::Result<Row> {
+    let dir = setup
+        .work_dir
+        .join(format!("{}-{}", sidecar.binary(), fault.name()));
+    let mut rig = Rig::start(&dir, setup.binary, sidecar).await?;
+    let result = drive(&mut rig, sidecar, fault, setup).await;
+    let logs = rig.logs();
+    rig.stop().await;
+    let mut row = result?;
+    for secret in setup.secrets {
+        if logs.contains(secret.as_str()) {
+            row.problems.push(format!(
+                "a secret value appears in the logs ({})",
+                dir.display()
+            ));
+        }
+    }
+    // The positive signal that the check above looked at something: calls carrying the
+    // Secret were logged at -v=5, with the secrets stripped.
+    if !setup.secrets.is_empty() && !logs.contains("***stripped***") {
+        row.problems
+            .push("no CSI call with secrets was logged at -v=5".to_owned());
+    }
+    Ok(row)
+}
+
+async fn drive(
+    rig: &mut Rig,
+    sidecar: Sidecar,
+    fault: Fault,
+    setup: &Setup<'_>,
+) -> anyhow::Result<Row> {
+    let mut work = Workload::prepare(sidecar, rig, setup.count)?;
+    // A 3 s outage is longer than the fast 2 s renew deadline: the leader would exit 1, as
+    // upstream's does. The API server faults run with upstream's default timings instead.
+    rig.fast_leader_election = !matches!(fault, Fault::ApiRestart | Fault::ApiRestartCompacted);
+    rig.add_replica("replica-a").await?;
+    wait_leader(rig, "replica-a", Duration::from_secs(30)).await?;
+    if fault.needs_standby() {
+        rig.add_replica("replica-b").await?;
+    }
+    for driver_fault in fault.driver_faults(work.method(), setup.seed) {
+        rig.driver.inject(driver_fault);
+    }
+    let writer =
+        (fault == Fault::Conflicts).then(|| tokio::spawn(other_writer(rig.server.client())));
+    let started = Instant::now();
+    let deadline = started + setup.timeout;
+    work.launch(rig).await?;
+    let mut notes = Vec::new();
+    let mut problems = Vec::new();
+    let quarter = wait_for(rig, &mut work, deadline, |t| t.done * 4 >= t.total).await?;
+    if quarter.complete() && fault != Fault::Conflicts && fault != Fault::DriverErrors {
+        notes.push("the burst was over before the fault struck".to_owned());
+    }
+    strike(rig, &mut work, fault, &mut notes, &mut problems).await?;
+    let tally = wait_for(rig, &mut work, deadline, Tally::complete).await?;
+    let converged_in = tally.complete().then(|| started.elapsed());
+    if let Some(writer) = writer {
+        writer.abort();
+    }
+    rig.driver.clear_faults();
+    let verdict = work.verdict(rig).await?;
+    problems.extend(verdict.problems);
+    if !tally.complete() {
+        problems.push(format!(
+            "{} of {} not converged",
+            tally.total - tally.done,
+            tally.total
+        ));
+    }
+    if verdict.orphaned.is_some_and(|n| n > 0) {
+        problems.push("orphaned volumes".to_owned());
+    }
+    if verdict.duplicated > 0 {
+        problems.push("repeated driver calls after success".to_owned());
+    }
+    let failed_calls = rig
+        .driver
+        .calls()
+        .iter()
+        .filter(|c| c.code.is_some_and(|code| code != tonic::Code::Ok))
+        .count();
+    if failed_calls > 0 {
+        notes.push(format!("{failed_calls} driver calls failed"));
+    }
+    // The killed, stopped or disconnected replica exits by design; nothing else may.
+    let exits_expected = matches!(
+        fault,
+        Fault::LeaderKill | Fault::LeaderStop | Fault::DriverCrash
+    );
+    if fault == Fault::DriverCrash {
+        // csi-lib-utils: a lost connection to the driver is exit 1, and kubelet restarts it.
+        let codes: Vec<Option<i32>> = rig
+            .replicas
+            .iter()
+            .flat_map(|r| r.exits.iter().map(std::process::ExitStatus::code))
+            .collect();
+        if codes.is_empty() || codes.iter().any(|c| *c != Some(1)) {
+            problems.push(format!(
+                "exit codes on the lost connection: {codes:?}, not 1"
+            ));
+        } else {
+            notes.push("exit 1 on the lost connection, restarted".to_owned());
+        }
+    }
+    if !exits_expected && rig.restarts() > 0 {
+        problems.push(format!("{} unexpected sidecar restarts", rig.restarts()));
+    }
+    Ok(Row {
+        fault,
+        sidecar,
+        tally,
+        orphaned: verdict.orphaned,
+        duplicated: verdict.duplicated,
+        converged_in,
+        restarts: rig.restarts(),
+        notes,
+        problems,
+    })
+}
+
+/// Waits until `name` holds the Lease.
+async fn wait_leader(rig: &Rig, name: &str, timeout: Duration) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    while rig.lease_holder().as_deref() != Some(name) {
+        if started.elapsed() >= timeout {
+            bail!("{name} did not take the Lease within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(started.elapsed())
+}
+
+/// Carries out the fault's mid-burst part and notes what it observed.
+async fn strike(
+    rig: &mut Rig,
+    work: &mut Workload,
+    fault: Fault,
+    notes: &mut Vec<String>,
+    problems: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    match fault {
+        Fault::LeaderKill => {
+            rig.leader().context("no leader")?.process.kill();
+            let took = wait_leader(rig, "replica-b", Duration::from_secs(30)).await?;
+            notes.push(format!("takeover {:.1} s", took.as_secs_f64()));
+            if took > TAKEOVER_LIMIT {
+                problems.push(format!("takeover slower than {TAKEOVER_LIMIT:?}"));
+            }
+        }
+        Fault::LeaderStop => leader_stop(rig, notes, problems).await?,
+        Fault::DriverCrash => {
+            rig.driver.stop().await?;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            rig.driver.restart().await?;
+            notes.push("driver down 1 s".to_owned());
+        }
+        Fault::ApiRestart | Fault::ApiRestartCompacted => {
+            let rv = rig.server.resource_version();
+            rig.restart_api_server(Duration::from_secs(3), fault == Fault::ApiRestartCompacted)
+                .await?;
+            notes.push(format!(
+                "down 3 s, rv {rv} -> {}",
+                rig.server.resource_version()
+            ));
+        }
+        Fault::MidOp => notes.push(work.change_mid_operation(rig).await?),
+        Fault::ClassDeleted => match work {
+            Workload::Provisioner(w) => notes.push(w.delete_class(rig).await?),
+            _ => bail!("class-deleted applies to the provisioner only"),
+        },
+        Fault::DriverErrors | Fault::DriverHang | Fault::Conflicts => {}
+    }
+    Ok(())
+}
+
+/// SIGSTOP the leader until the standby holds the Lease, then SIGCONT it: it must see that
+/// its renew deadline passed and exit 1 (before acting again).
+async fn leader_stop(
+    rig: &mut Rig,
+    notes: &mut Vec<String>,
+    problems: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let leader = rig.leader().context("no leader")?;
+    leader.process.signal(Signal::STOP)?;
+    let took = wait_leader(rig, "replica-b", Duration::from_secs(30)).await?;
+    notes.push(format!(
+        "standby leading {:.1} s after SIGSTOP",
+        took.as_secs_f64()
+    ));
+    let stopped = rig
+        .replicas
+        .iter_mut()
+        .find(|r| r.name == "replica-a")
+        .context("replica-a is gone")?;
+    stopped.process.signal(Signal::CONT)?;
+    match stopped.process.wait_exit(Duration::from_secs(15)).await {
+        Ok(status) => {
+            notes.push(format!("resumed leader exited with {status}"));
+            if status.code() != Some(1) {
+                problems.push(format!("resumed leader exited with {status}, not 1"));
+            }
+        }
+        Err(e) => problems.push(format!("resumed leader kept running: {e}")),
+    }
+    Ok(())
+}
+
+/// Another writer: touches every claim and VolumeAttachment of the scenario over and over
+/// (a merge patch of an annotation, which needs no resourceVersion), so the sidecar's
+/// updates based on what it read a moment ago meet 409 Conflict.
+async fn other_writer(client: kube::Client) {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
+    let vas: Api<VolumeAttachment> = Api::all(client);
+    let mut round = 0_u64;
+    loop {
+        round += 1;
+        let body =
+            json!({"metadata": {"annotations": {"chaos.example.com/touched": round.to_string()}}});
+        let patch = Patch::Merge(&body);
+        let pp = PatchParams::default();
+        if let Ok(list) = claims.list_metadata(&ListParams::default()).await {
+            for name in list.items.into_iter().filter_map(|c| c.metadata.name) {
+                let _ = claims.patch(&name, &pp, &patch).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        if let Ok(list) = vas.list_metadata(&ListParams::default()).await {
+            for name in list.items.into_iter().filter_map(|v| v.metadata.name) {
+                let _ = vas.patch(&name, &pp, &patch).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,170 @@
+//! The burst each sidecar is given, and how the scenario reads its outcome from the store and
+//! the driver: how many objects are done, which were finished more than once, and what was
+//! left behind in the driver.
+//!
+//! "Done" is read from the API server's store (no HTTP, no injected fault). A call to the
+//! driver for an object that arrived after the object was seen done is a duplicate: the
+//! success was already recorded in the API, so a correct controller has no reason to repeat
+//! it (spec: a VA marked attached is never published again; a claim with a PV is never
+//! provisioned again; a PV already at the requested size is not expanded again).
+
+mod attacher;
+mod provisioner;
+mod resizer;
+
+use std::collections::HashMap;
+
+use futures::StreamExt as _;
+
+use testbed_mock_csi::Method;
+
+use crate::Sidecar;
+use crate::rig::Rig;
+
+pub(crate) use attacher::Attaching;
+pub(crate) use provisioner::Provisioning;
+pub(crate) use resizer::Expanding;
+
+/// How far the burst is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub(crate) done: usize,
+    pub(crate) total: usize,
+}
+
+impl Tally {
+    pub(crate) fn complete(self) -> bool {
+        self.done == self.total
+    }
+}
+
+/// The outcome the table shows besides convergence.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Verdict {
+    /// Volumes left in the driver (provisioner), or published with no VA (attacher); `None`
+    /// where the notion does not apply (resizer).
+    pub(crate) orphaned: Option<usize>,
+    /// Objects the driver was asked to finish again after they were seen done.
+    pub(crate) duplicated: usize,
+    /// Anything else wrong.
+    pub(crate) problems: Vec<String>,
+}
+
+/// The burst of one sidecar.
+#[derive(Debug)]
+pub(crate) enum Workload {
+    Provisioner(Provisioning),
+    Attacher(Attaching),
+    Resizer(Expanding),
+}
+
+impl Workload {
+    /// Stores what the burst needs (a StorageClass, PVs, bound claims).
+    pub(crate) fn prepare(sidecar: Sidecar, rig: &Rig, count: usize) -> anyhow::Result<Self> {
+        Ok(match sidecar {
+            Sidecar::Provisioner => Self::Provisioner(Provisioning::prepare(rig, count)?),
+            Sidecar::Attacher => Self::Attacher(Attaching::prepare(rig, count)?),
+            Sidecar::Resizer => Self::Resizer(Expanding::prepare(rig, count)?),
+        })
+    }
+
+    /// The driver method whose calls make the burst's progress.
+    pub(crate) fn method(&self) -> Method {
+        match self {
+            Self::Provisioner(_) => Method::CreateVolume,
+            Self::Attacher(_) => Method::ControllerPublishVolume,
+            Self::Resizer(_) => Method::ControllerExpandVolume,
+        }
+    }
+
+    /// Creates the burst through the API (claims, VolumeAttachments, raised requests).
+    pub(crate) async fn launch(&mut self, rig: &Rig) -> anyhow::Result<()> {
+        match self {
+            Self::Provisioner(w) => w.launch(rig).await,
+            Self::Attacher(w) => w.launch(rig).await,
+            Self::Resizer(w) => w.launch(rig).await,
+        }
+    }
+
+    /// The mid-operation change of the `mid-op` fault: a tenth of the claims deleted before
+    /// they are provisioned, a tenth of the VAs deleted before they are attached, every claim
+    /// resized again.
+    pub(crate) async fn change_mid_operation(&mut self, rig: &Rig) -> anyhow::Result<String> {
+        match self {
+            Self::Provisioner(w) => w.delete_pending_claims(rig).await,
+            Self::Attacher(w) => w.delete_pending_attachments(rig).await,
+            Self::Resizer(w) => w.resize_again(rig).await,
+        }
+    }
+
+    /// How far the burst is; also notes, per object, the last driver call seen before it was
+    /// first seen done.
+    pub(crate) fn observe(&mut self, rig: &Rig) -> Tally {
+        match self {
+            Self::Provisioner(w) => w.observe(rig),
+            Self::Attacher(w) => w.observe(rig),
+            Self::Resizer(w) => w.observe(rig),
+        }
+    }
+
+    /// Orphans and duplicates, once the burst converged (or timed out). The provisioner's
+    /// claims are deleted first, so a volume left in the driver is a leak.
+    pub(crate) async fn verdict(&mut self, rig: &mut Rig) -> anyhow::Result<Verdict> {
+        match self {
+            Self::Provisioner(w) => w.verdict(rig).await,
+            Self::Attacher(w) => Ok(w.verdict(rig)),
+            Self::Resizer(w) => Ok(w.verdict(rig)),
+        }
+    }
+}
+
+/// Requests a burst keeps in flight: the objects arrive "at once" for the sidecar without
+/// starving it of CPU on a small machine (as the bench's bursts).
+const CONCURRENCY: usize = 32;
+
+/// Runs `call(i)` for `i` in `0..count`, [`CONCURRENCY`] at a time; the first error, if any.
+pub(crate) async fn at_once<F, Fut>(count: usize, call: F) -> anyhow::Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(0..count)
+        .map(call)
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// The last call sequence number the driver recorded (`None` before the first call).
+pub(crate) fn last_seq(rig: &Rig) -> Option<u64> {
+    rig.driver.calls().last().map(|c| c.seq)
+}
+
+/// Counts the recorded `method` calls, keyed by `key_of(request)`, that arrived after the
+/// sequence number noted for their key in `done_at` (answered successfully or not: a repeat
+/// is a repeat).
+pub(crate) fn repeats<M: prost::Message + Default>(
+    rig: &Rig,
+    method: Method,
+    done_at: &HashMap<String, Option<u64>>,
+    key_of: impl Fn(&M) -> Option<String>,
+) -> usize {
+    rig.driver
+        .calls_of(method)
+        .iter()
+        .filter(|call| {
+            let Ok(request) = call.decode::<M>() else {
+                return false;
+            };
+            let Some(key) = key_of(&request) else {
+                return false;
+            };
+            match done_at.get(&key) {
+                Some(Some(seq)) => call.seq > *seq,
+                Some(None) => true,
+                None => false,
+            }
+        })
+        .count()
+}
