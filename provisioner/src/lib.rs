@@ -170,7 +170,9 @@ pub async fn run(
         node,
     };
     let capacity = match &config.capacity {
-        Some(settings) => Some(capacity_deps(&sidecar, &config, settings.clone()).await?),
+        Some(settings) => {
+            Some(capacity_deps(&sidecar, &config, settings.clone(), deps.node.as_ref()).await?)
+        }
         None => None,
     };
     sidecar
@@ -191,11 +193,14 @@ pub async fn run(
 }
 
 /// Capacity tracking's start-up, before leader election as upstream: its own rate-limited
-/// client, the storage.k8s.io/v1 probe, the owner of the objects, the gauges.
+/// client, the storage.k8s.io/v1 probe, the owner of the objects, the gauges. In node
+/// deployment (spec §6.2) the objects are this node's segment's only, labelled
+/// `managed-by=external-provisioner-<node>`.
 async fn capacity_deps(
     sidecar: &Sidecar,
     config: &Config,
     settings: capacity::CapacitySettings,
+    node: Option<&NodeDeployment>,
 ) -> Result<capacity::controller::Deps<capacity::csi::TonicCapacity>, RunError> {
     let capacity_client = sidecar
         .client_with_limits(settings.qps, settings.burst)
@@ -219,7 +224,11 @@ async fn capacity_deps(
             namespace: settings.namespace.clone(),
             driver: sidecar.driver.name.clone(),
             owner,
+            managed_by: capacity::decide::managed_by(node.map(|n| n.settings.node_name.as_str())),
         },
+        segments: node.map_or(capacity::decide::SegmentSource::Cluster, |n| {
+            capacity::decide::SegmentSource::Node(n.info.topology.clone())
+        }),
         settings,
         retry: config.retry,
         metrics,

@@ -12,6 +12,11 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use k8s_openapi::api::storage::v1::CSIStorageCapacity;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::Api;
+use kube::api::{ListParams, PostParams};
 use proto::csi::v1::{CreateVolumeRequest, DeleteVolumeRequest, GetCapacityRequest};
 use support::*;
 use testbed_mock_csi::{
@@ -370,4 +375,171 @@ async fn a_driver_without_node_info_stops_node_deployment_at_start() {
         "{}",
         provisioner.log()
     );
+}
+
+/// A CSIStorageCapacity of class "fast" for `node`'s segment, labelled as `managed_by`'s.
+fn capacity_object(name: &str, node: &str, managed_by: &str) -> CSIStorageCapacity {
+    CSIStorageCapacity {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NAMESPACE.into()),
+            labels: Some(BTreeMap::from([
+                ("csi.storage.k8s.io/drivername".into(), DRIVER.into()),
+                ("csi.storage.k8s.io/managed-by".into(), managed_by.into()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        node_topology: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(DEFAULT_TOPOLOGY_KEY.into(), node.into())])),
+            match_expressions: None,
+        }),
+        storage_class_name: "fast".into(),
+        capacity: Some(Quantity("1Gi".into())),
+        maximum_volume_size: None,
+    }
+}
+
+/// `(segment value, managed-by value, capacity)` of the objects the provisioners created
+/// (`generateName` `csisc-`), sorted.
+async fn published(cluster: &Cluster) -> Vec<(String, String, String)> {
+    let api: Api<CSIStorageCapacity> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let mut out: Vec<_> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|o| {
+            o.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("csisc-"))
+        })
+        .map(|o| {
+            let label = |map: Option<&BTreeMap<String, String>>, key: &str| {
+                map.and_then(|m| m.get(key)).cloned().unwrap_or_default()
+            };
+            (
+                label(
+                    o.node_topology
+                        .as_ref()
+                        .and_then(|t| t.match_labels.as_ref()),
+                    DEFAULT_TOPOLOGY_KEY,
+                ),
+                label(o.metadata.labels.as_ref(), "csi.storage.k8s.io/managed-by"),
+                o.capacity.map(|q| q.0).unwrap_or_default(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Spec §6.2 with §6.1: each node's instance publishes its own NodeGetInfo segment only, with
+/// `managed-by=external-provisioner-<node>`, deletes its own stale objects and leaves other
+/// managers' objects alone.
+#[tokio::test]
+async fn each_node_publishes_capacity_for_its_own_segment_and_keeps_to_its_own_objects() {
+    let cluster = Cluster::start().await;
+    let mut class = class("fast", "WaitForFirstConsumer");
+    class.parameters = Some(BTreeMap::from([("kind".into(), "fast".into())]));
+    cluster.create_class(class).await;
+    let api: Api<CSIStorageCapacity> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    // node-a's object for a segment node-a no longer has (stale: node-a deletes it), and
+    // objects of a node whose instance does not run and of a central provisioner for
+    // node-a's segment (another manager's: nobody here deletes them).
+    for object in [
+        capacity_object("stale-a", "gone", "external-provisioner-node-a"),
+        capacity_object("foreign-x", "node-x", "external-provisioner-node-x"),
+        capacity_object("central-a", "node-a", "external-provisioner"),
+    ] {
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+    let mut drivers = Vec::new();
+    let mut provisioners = Vec::new();
+    for (node, gib) in [("node-a", 10), ("node-b", 20)] {
+        let config = MockDriverConfig {
+            node_id: node.into(),
+            topology: BTreeMap::from([(DEFAULT_TOPOLOGY_KEY.into(), node.into())]),
+            capacity_by_kind: BTreeMap::from([("fast".to_owned(), gib << 30)]),
+            ..driver_config()
+        };
+        let driver = MockDriver::start(config, cluster.dir.path().join(format!("{node}.sock")))
+            .await
+            .unwrap();
+        provisioners.push(cluster.provisioner_with(
+            &format!("csi-provisioner-{node}"),
+            driver.socket_path(),
+            &[("NODE_NAME", node), ("NAMESPACE", NAMESPACE)],
+            &[
+                "--node-deployment",
+                "--enable-capacity",
+                "--capacity-ownerref-level=-1",
+            ],
+        ));
+        drivers.push(driver);
+    }
+    let want = vec![
+        (
+            "node-a".to_owned(),
+            "external-provisioner-node-a".to_owned(),
+            "10Gi".to_owned(),
+        ),
+        (
+            "node-b".to_owned(),
+            "external-provisioner-node-b".to_owned(),
+            "20Gi".to_owned(),
+        ),
+    ];
+    eventually("one object per node, each node's own", SHORT, async || {
+        (published(&cluster).await == want).then_some(())
+    })
+    .await;
+    // Each instance wants one object (its segment × "fast"), has it, and sees nothing obsolete
+    // once its stale object is gone: the other node's and the foreign objects are not its own.
+    for provisioner in &provisioners {
+        eventually(
+            "gauges 1 wanted, 1 current, 0 obsolete",
+            SHORT,
+            async || {
+                let goal = provisioner
+                    .metric("csistoragecapacities_desired_goal")
+                    .await?;
+                let current = provisioner
+                    .metric("csistoragecapacities_desired_current")
+                    .await?;
+                let obsolete = provisioner.metric("csistoragecapacities_obsolete").await?;
+                ((goal, current, obsolete) == (1.0, 1.0, 0.0)).then_some(())
+            },
+        )
+        .await;
+    }
+    eventually("node-a deleted its stale object", SHORT, async || {
+        api.get_opt("stale-a")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // The pass that deleted node-a's stale object judged every object node-a sees; the
+    // others' objects came through it.
+    for name in ["foreign-x", "central-a"] {
+        assert!(api.get_opt(name).await.unwrap().is_some(), "{name} kept");
+    }
+    assert_eq!(published(&cluster).await, want, "no object was replaced");
+    // Each driver was asked about its own segment only.
+    for (driver, node) in drivers.iter().zip(["node-a", "node-b"]) {
+        let asked: BTreeSet<String> = driver
+            .requests::<GetCapacityRequest>(Method::GetCapacity)
+            .into_iter()
+            .filter_map(|r| {
+                r.accessible_topology?
+                    .segments
+                    .get(DEFAULT_TOPOLOGY_KEY)
+                    .cloned()
+            })
+            .collect();
+        assert_eq!(asked, BTreeSet::from([node.to_owned()]), "{node}");
+    }
 }

@@ -20,15 +20,17 @@ use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 
 use super::controller::{Deps, SharedState, lock};
-use super::decide::{self, CapacityKey};
+use super::decide::{self, CapacityKey, SegmentSource};
 use crate::controller::stores::{trim_class, trim_csinode, trim_node};
 
 /// Read access to the five caches.
 #[derive(Clone)]
 pub(super) struct Caches {
     pub(super) classes: Store<StorageClass>,
-    pub(super) nodes: Store<Node>,
-    pub(super) csinodes: Store<CSINode>,
+    /// Central mode only: node mode has its segment from NodeGetInfo.
+    pub(super) nodes: Option<Store<Node>>,
+    /// Central mode only.
+    pub(super) csinodes: Option<Store<CSINode>>,
     pub(super) capacities: Store<CSIStorageCapacity>,
     pub(super) volumes: Store<PersistentVolume>,
 }
@@ -38,8 +40,12 @@ impl Caches {
     pub(super) async fn ready(&self) {
         // A writer is only dropped when its informer task is aborted, i.e. at shutdown.
         let _ = self.classes.wait_until_ready().await;
-        let _ = self.nodes.wait_until_ready().await;
-        let _ = self.csinodes.wait_until_ready().await;
+        if let Some(nodes) = &self.nodes {
+            let _ = nodes.wait_until_ready().await;
+        }
+        if let Some(csinodes) = &self.csinodes {
+            let _ = csinodes.wait_until_ready().await;
+        }
         let _ = self.capacities.wait_until_ready().await;
         let _ = self.volumes.wait_until_ready().await;
     }
@@ -106,7 +112,8 @@ impl Handlers {
     }
 }
 
-/// Starts the five caches; their events go to `handlers`.
+/// Starts the caches (Nodes and CSINodes in central mode only); their events go to
+/// `handlers`.
 pub(super) fn start_caches<D>(
     deps: &Deps<D>,
     handlers: &Arc<Handlers>,
@@ -121,26 +128,13 @@ pub(super) fn start_caches<D>(
         move |_: Change<'_, StorageClass>| changed()
     });
     tasks.push(task);
-    let (nodes, task) = informer(Api::all(deps.client.clone()), trim_node, {
-        let changed = topology_changed.clone();
-        move |change: Change<'_, Node>| {
-            // Only labels are kept, so any real change is a label change; a resync is not.
-            if let Change::Applied {
-                old: Some(old),
-                new,
-            } = &change
-                && old.metadata.labels == new.metadata.labels
-            {
-                return;
-            }
-            changed();
+    let (nodes, csinodes) = match deps.segments {
+        SegmentSource::Cluster => {
+            let (nodes, csinodes) = node_caches(deps, topology_changed, &mut tasks);
+            (Some(nodes), Some(csinodes))
         }
-    });
-    tasks.push(task);
-    let (csinodes, task) = informer(Api::all(deps.client.clone()), trim_csinode, {
-        move |_: Change<'_, CSINode>| topology_changed()
-    });
-    tasks.push(task);
+        SegmentSource::Node(_) => (None, None),
+    };
     let selector = watcher::Config::default().labels(&deps.template.label_selector());
     let (capacities, task) = filtered_informer(
         Api::namespaced(deps.capacity_client.clone(), &deps.template.namespace),
@@ -169,6 +163,35 @@ pub(super) fn start_caches<D>(
         volumes,
     };
     (caches, tasks)
+}
+
+/// The Node (labels only) and CSINode caches the central mode computes segments from.
+fn node_caches<D>(
+    deps: &Deps<D>,
+    topology_changed: impl Fn() + Clone + Send + Sync + 'static,
+    tasks: &mut Vec<InformerTask>,
+) -> (Store<Node>, Store<CSINode>) {
+    let (nodes, task) = informer(Api::all(deps.client.clone()), trim_node, {
+        let changed = topology_changed.clone();
+        move |change: Change<'_, Node>| {
+            // Only labels are kept, so any real change is a label change; a resync is not.
+            if let Change::Applied {
+                old: Some(old),
+                new,
+            } = &change
+                && old.metadata.labels == new.metadata.labels
+            {
+                return;
+            }
+            changed();
+        }
+    });
+    tasks.push(task);
+    let (csinodes, task) = informer(Api::all(deps.client.clone()), trim_csinode, {
+        move |_: Change<'_, CSINode>| topology_changed()
+    });
+    tasks.push(task);
+    (nodes, csinodes)
 }
 
 fn trim_capacity(capacity: &mut CSIStorageCapacity) {

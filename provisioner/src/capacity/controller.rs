@@ -25,14 +25,14 @@ use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{DeleteParams, PostParams};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use proto::csi::v1::{GetCapacityRequest, Topology};
 use tokio::time::Instant;
 
 use super::caches::{Caches, Handlers, start_caches};
 use super::csi::CapacityDriver;
-use super::decide::{self, Capacity, CapacityKey, Step, Template};
+use super::decide::{self, Capacity, CapacityKey, SegmentSource, Step, Template};
 use super::metrics::CapacityMetrics;
 use super::settings::CapacitySettings;
 use crate::args::RetrySettings;
@@ -54,6 +54,8 @@ pub(crate) struct Deps<D> {
     pub(crate) retry: RetrySettings,
     /// Namespace, labels and owner of our objects.
     pub(crate) template: Template,
+    /// Central mode (the caches) or node mode (this node's segment).
+    pub(crate) segments: SegmentSource,
     /// The gauges.
     pub(crate) metrics: CapacityMetrics,
     /// `workqueue_*`.
@@ -96,6 +98,7 @@ struct Ctx<D> {
     driver: D,
     settings: CapacitySettings,
     template: Template,
+    segments: SegmentSource,
     metrics: CapacityMetrics,
     api: Api<CSIStorageCapacity>,
     caches: Caches,
@@ -131,6 +134,7 @@ pub(crate) async fn run<D: CapacityDriver>(
         driver: deps.driver,
         settings: deps.settings,
         template: deps.template,
+        segments: deps.segments,
         metrics: deps.metrics,
         caches,
         state,
@@ -166,10 +170,19 @@ pub(crate) async fn run<D: CapacityDriver>(
 /// Recomputes the wanted keys, queues new ones, deletes obsolete objects, sets the gauges.
 async fn sync_topology<D>(ctx: &Ctx<D>) -> Outcome {
     let driver = &ctx.template.driver;
-    let segments = decide::segments(
+    let segments = decide::wanted_segments(
+        &ctx.segments,
         driver,
-        &ctx.caches.csinodes.state(),
-        &ctx.caches.nodes.state(),
+        &ctx.caches
+            .csinodes
+            .as_ref()
+            .map(Store::state)
+            .unwrap_or_default(),
+        &ctx.caches
+            .nodes
+            .as_ref()
+            .map(Store::state)
+            .unwrap_or_default(),
     );
     let desired = decide::desired_keys(
         &segments,
@@ -188,7 +201,7 @@ async fn sync_topology<D>(ctx: &Ctx<D>) -> Outcome {
         ctx.capacities.add(key);
     }
     let objects = ctx.caches.capacities.state();
-    let obsolete = decide::obsolete(objects.iter().map(AsRef::as_ref), &desired);
+    let obsolete = decide::obsolete(objects.iter().map(AsRef::as_ref), &desired, &ctx.template);
     ctx.metrics
         .set(desired.len(), obsolete.current, obsolete.names.len());
     let mut outcome = Outcome::Done;

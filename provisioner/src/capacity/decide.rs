@@ -20,8 +20,11 @@ use proto::csi::v1::GetCapacityResponse;
 pub(crate) const DRIVER_LABEL: &str = "csi.storage.k8s.io/drivername";
 /// Label naming the manager of an object (upstream `ManagedByLabel`).
 pub(crate) const MANAGED_BY_LABEL: &str = "csi.storage.k8s.io/managed-by";
-/// Its value in central mode.
+/// Its value in central mode, and the prefix of `external-provisioner-<node>` in node mode.
 pub(crate) const MANAGED_BY: &str = "external-provisioner";
+/// A label value has at most 63 characters (Kubernetes label syntax, upstream uses
+/// `validation.DNS1035LabelMaxLength`).
+const LABEL_VALUE_MAX: usize = 63;
 /// `generateName` of created objects.
 pub(crate) const GENERATE_NAME: &str = "csisc-";
 /// A key whose capacity keeps coming back unchanged is polled at most this many
@@ -118,6 +121,60 @@ pub(crate) fn segments(
     out
 }
 
+/// Where the segments come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SegmentSource {
+    /// Central mode: every node's segment, from the CSINode and Node caches.
+    Cluster,
+    /// Node deployment (spec §6.2): only this node's segment, NodeGetInfo's
+    /// `accessible_topology` (empty: the one empty segment), as upstream's fixed node topology.
+    Node(Segment),
+}
+
+/// The segments to publish: this node's alone in node mode (the caches are not read, and
+/// not even started), [`segments`] of the caches in central mode.
+pub(crate) fn wanted_segments(
+    source: &SegmentSource,
+    driver: &str,
+    csinodes: &[Arc<CSINode>],
+    nodes: &[Arc<Node>],
+) -> BTreeSet<Segment> {
+    match source {
+        SegmentSource::Cluster => segments(driver, csinodes, nodes),
+        SegmentSource::Node(segment) => BTreeSet::from([segment.clone()]),
+    }
+}
+
+/// The `managed-by` label value: `external-provisioner` centrally, and
+/// `external-provisioner-<node>` in node mode, so each node's instance selects and deletes
+/// only its own objects. A value longer than a label allows (63 characters) keeps as much of
+/// the node name as fits before `-<16 hex digits of FNV-1a of the node name>`: still unique
+/// per node and stable across restarts (upstream also shortens it, with its own hash).
+pub(crate) fn managed_by(node: Option<&str>) -> String {
+    let Some(node) = node else {
+        return MANAGED_BY.to_owned();
+    };
+    let full = format!("{MANAGED_BY}-{node}");
+    if full.len() <= LABEL_VALUE_MAX {
+        return full;
+    }
+    let mut hasher = fnv::FnvHasher::default();
+    std::hash::Hasher::write(&mut hasher, node.as_bytes());
+    let hash = format!("{:016x}", std::hash::Hasher::finish(&hasher));
+    let room = LABEL_VALUE_MAX - MANAGED_BY.len() - hash.len() - 2;
+    // Node names are DNS subdomains (ASCII), so byte indexing cannot split a character; the
+    // kept part must end alphanumeric before the `-` (label value syntax).
+    let kept = node
+        .get(..room)
+        .unwrap_or(node)
+        .trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    if kept.is_empty() {
+        format!("{MANAGED_BY}-{hash}")
+    } else {
+        format!("{MANAGED_BY}-{kept}-{hash}")
+    }
+}
+
 /// Whether `class` gets capacity objects: it names the driver, and it waits for the first
 /// consumer unless `immediate` (`--capacity-for-immediate-binding`). A class without
 /// `volumeBindingMode` is Immediate (the API default).
@@ -180,6 +237,8 @@ pub(crate) struct Template {
     pub(crate) driver: String,
     /// From `--capacity-ownerref-level`; `None` with -1.
     pub(crate) owner: Option<OwnerReference>,
+    /// The `managed-by` label value ([`managed_by`]).
+    pub(crate) managed_by: String,
 }
 
 impl Template {
@@ -187,7 +246,7 @@ impl Template {
     pub(crate) fn labels(&self) -> BTreeMap<String, String> {
         BTreeMap::from([
             (DRIVER_LABEL.to_owned(), self.driver.clone()),
-            (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+            (MANAGED_BY_LABEL.to_owned(), self.managed_by.clone()),
         ])
     }
 
@@ -286,14 +345,23 @@ pub(crate) fn new_object(
 
 /// The names of objects to delete: those whose key is not wanted (vanished class or segment,
 /// foreign `nodeTopology`) and duplicates of a wanted key (all but the first by name).
-/// Objects already being deleted are left alone.
+/// Objects already being deleted are left alone, and so are objects without both of
+/// `template`'s labels: another node's instance (or another manager) owns them. The informer
+/// selects on the labels already; the check keeps the decision right on its own.
 pub(crate) fn obsolete<'a>(
     objects: impl IntoIterator<Item = &'a CSIStorageCapacity>,
     desired: &BTreeSet<CapacityKey>,
+    template: &Template,
 ) -> Obsolete {
+    let ours = template.labels();
     let mut sorted: Vec<&CSIStorageCapacity> = objects
         .into_iter()
         .filter(|o| o.metadata.deletion_timestamp.is_none())
+        .filter(|o| {
+            let labels = o.metadata.labels.as_ref();
+            ours.iter()
+                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+        })
         .collect();
     sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut seen = BTreeSet::new();

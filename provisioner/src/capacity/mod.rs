@@ -2,12 +2,14 @@
 //! CSIStorageCapacity object per (topology segment, StorageClass of this driver) in the
 //! provisioner's namespace, holding what GetCapacity reports for that pair.
 //!
-//! Rust counterpart of external-provisioner `pkg/capacity` (central mode). The pieces:
+//! Rust counterpart of external-provisioner `pkg/capacity`, central mode and node deployment
+//! (spec §6.2: only this node's NodeGetInfo segment, `managed-by=external-provisioner-<node>`).
+//! The pieces:
 //!
 //! * [`settings`]: the capacity flags and the `NAMESPACE` / `POD_NAME` environment, checked
 //!   before anything starts (exit 2 on a bad value).
 //! * `decide`: pure decisions, table-tested: topology segments from CSINodes and Node
-//!   labels, the wanted (segment, class) keys, what to write for one key, which objects are
+//!   labels (or this node's), the `managed-by` value, the wanted (segment, class) keys, what to write for one key, which objects are
 //!   obsolete, when to poll a key next.
 //! * `owner`: start-up, against the API: the storage.k8s.io/v1 probe and the owner
 //!   reference walk (Pod → ReplicaSet → Deployment, ...).

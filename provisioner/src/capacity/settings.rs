@@ -24,13 +24,6 @@ pub enum SettingsError {
     /// rate limiter that can never hand out a token).
     #[error("--kube-api-capacity-burst must be positive when --kube-api-capacity-qps is, got {0}")]
     Burst(i32),
-    /// `--enable-capacity` with `--node-deployment`: upstream then publishes one object per class
-    /// for this node's segment only, labelled `external-provisioner-<node>`; that mode is not
-    /// implemented, and the central mode would publish every segment from a node-local driver.
-    #[error(
-        "--enable-capacity together with --node-deployment (per-node capacity objects) is not supported yet by this csi-provisioner"
-    )]
-    NodeDeployment,
 }
 
 /// Capacity tracking settings, present in [`crate::args::Config`] when `--enable-capacity`.
@@ -78,9 +71,6 @@ impl CapacitySettings {
     pub fn from_args(args: &Args) -> Result<Option<Self>, SettingsError> {
         if !args.enable_capacity {
             return Ok(None);
-        }
-        if args.node_deployment {
-            return Err(SettingsError::NodeDeployment);
         }
         if args.capacity_threads == 0 {
             return Err(SettingsError::NoThreads);
@@ -152,6 +142,15 @@ mod tests {
         assert_eq!(s.burst, 5);
     }
 
+    /// Node deployment publishes this node's segment only (spec §6.2): no refusal.
+    #[test]
+    fn capacity_runs_with_node_deployment() {
+        assert!(matches!(
+            settings(&["--enable-capacity", "--node-deployment"]),
+            Ok(Some(_))
+        ));
+    }
+
     #[test]
     fn values_that_cannot_run_are_refused() {
         for (flag, want) in [
@@ -166,7 +165,6 @@ mod tests {
             ),
             ("--kube-api-capacity-burst=-1", SettingsError::Burst(-1)),
             ("--kube-api-capacity-burst=0", SettingsError::Burst(0)),
-            ("--node-deployment", SettingsError::NodeDeployment),
         ] {
             assert_eq!(settings(&["--enable-capacity", flag]), Err(want), "{flag}");
         }

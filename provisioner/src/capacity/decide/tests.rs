@@ -171,6 +171,7 @@ fn template() -> Template {
         namespace: "kube-system".into(),
         driver: DRIVER.into(),
         owner: Some(owner()),
+        managed_by: MANAGED_BY.into(),
     }
 }
 
@@ -363,11 +364,118 @@ fn unwanted_foreign_shaped_and_duplicate_objects_are_obsolete() {
         deleting,
     ];
     assert_eq!(
-        obsolete(&objects, &desired),
+        obsolete(&objects, &desired, &template()),
         Obsolete {
             names: vec!["csisc-2".into(), "csisc-3".into(), "csisc-4".into()],
             current: 1,
         }
+    );
+}
+
+/// Node mode: objects of another node's instance (its own `managed-by` value) or of another
+/// manager are never ours to delete, not even when their key is unwanted here or duplicates
+/// ours; ours are judged as in central mode.
+#[test]
+fn in_node_mode_only_objects_with_our_managed_by_label_can_be_obsolete() {
+    let node_a = Template {
+        managed_by: managed_by(Some("node-a")),
+        ..template()
+    };
+    let labelled = |name: &str, zone: &str, managed: &str| {
+        let mut o = new_object(&key("fast", zone), capacity(0, None), &node_a);
+        o.metadata.name = Some(name.into());
+        o.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(MANAGED_BY_LABEL.into(), managed.into());
+        o
+    };
+    let mut unlabelled = labelled("csisc-9", "b", "x");
+    unlabelled.metadata.labels = None;
+    let desired = BTreeSet::from([key("fast", "a")]);
+    let objects = [
+        labelled("csisc-1", "a", "external-provisioner-node-a"),
+        // Another node's object for another segment, and one duplicating our key.
+        labelled("csisc-2", "b", "external-provisioner-node-b"),
+        labelled("csisc-3", "a", "external-provisioner-node-b"),
+        // The central instance's object.
+        labelled("csisc-4", "b", MANAGED_BY),
+        unlabelled,
+        // Ours, but for a segment this node does not have (its topology changed).
+        labelled("csisc-5", "b", "external-provisioner-node-a"),
+    ];
+    assert_eq!(
+        obsolete(&objects, &desired, &node_a),
+        Obsolete {
+            names: vec!["csisc-5".into()],
+            current: 1,
+        }
+    );
+}
+
+#[test]
+fn the_segments_are_the_clusters_centrally_and_this_nodes_alone_in_node_mode() {
+    let nodes = [node("n1", &[(ZONE, "a")]), node("n2", &[(ZONE, "b")])];
+    let keys: &[&str] = &[ZONE];
+    let csinodes = [
+        csinode("n1", DRIVER, Some(keys)),
+        csinode("n2", DRIVER, Some(keys)),
+    ];
+    let rows = [
+        (
+            SegmentSource::Cluster,
+            vec![seg(&[(ZONE, "a")]), seg(&[(ZONE, "b")])],
+        ),
+        // The caches are not consulted: a node's segment need not be among them.
+        (
+            SegmentSource::Node(seg(&[(ZONE, "c")])),
+            vec![seg(&[(ZONE, "c")])],
+        ),
+        // A driver without topology on this node: the one empty segment.
+        (SegmentSource::Node(Segment::new()), vec![Segment::new()]),
+    ];
+    for (source, want) in rows {
+        let got: Vec<Segment> = wanted_segments(&source, DRIVER, &csinodes, &nodes)
+            .into_iter()
+            .collect();
+        assert_eq!(got, want, "{source:?}");
+    }
+}
+
+#[test]
+fn the_managed_by_value_names_the_node_and_fits_a_label() {
+    let long = "n".repeat(60);
+    let long_hashed = managed_by(Some(&long));
+    let other_long = managed_by(Some(&format!("{long}x")));
+    let rows: [(Option<&str>, &str); 3] = [
+        (None, "external-provisioner"),
+        (Some("node-a"), "external-provisioner-node-a"),
+        // Exactly 63 characters: kept as it is.
+        (
+            Some("n234567890123456789012345678901234567890-2"),
+            "external-provisioner-n234567890123456789012345678901234567890-2",
+        ),
+    ];
+    for (node, want) in rows {
+        assert_eq!(managed_by(node), want, "{node:?}");
+    }
+    assert_eq!(long_hashed.len(), 63, "{long_hashed}");
+    assert!(
+        long_hashed.starts_with("external-provisioner-nnnn"),
+        "{long_hashed}"
+    );
+    assert_ne!(
+        long_hashed, other_long,
+        "distinct nodes keep distinct values"
+    );
+    assert_eq!(managed_by(Some(&long)), long_hashed, "stable");
+    // A cut that would end in `-` or `.` is trimmed back to an alphanumeric character.
+    let dotted = managed_by(Some(&format!("{}.{}", "a".repeat(24), "b".repeat(40))));
+    assert!(dotted.len() <= 63, "{dotted}");
+    assert!(!dotted.contains(".-"), "{dotted}");
+    assert!(
+        dotted.starts_with(&format!("external-provisioner-{}-", "a".repeat(24))),
+        "{dotted}"
     );
 }
 
