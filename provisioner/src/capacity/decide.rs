@@ -158,9 +158,8 @@ pub(crate) fn managed_by(node: Option<&str>) -> String {
     if full.len() <= LABEL_VALUE_MAX {
         return full;
     }
-    let mut hasher = fnv::FnvHasher::default();
-    std::hash::Hasher::write(&mut hasher, node.as_bytes());
-    let hash = format!("{:016x}", std::hash::Hasher::finish(&hasher));
+    // Go's `fmt.Sprintf("%x", fnv.New32a().Sum32())`: lower-case hex without padding.
+    let hash = format!("{:x}", fnv1a_32(node.as_bytes()));
     let room = LABEL_VALUE_MAX - MANAGED_BY.len() - hash.len() - 2;
     // Node names are DNS subdomains (ASCII), so byte indexing cannot split a character; the
     // kept part must end alphanumeric before the `-` (label value syntax).
@@ -173,6 +172,14 @@ pub(crate) fn managed_by(node: Option<&str>) -> String {
     } else {
         format!("{MANAGED_BY}-{kept}-{hash}")
     }
+}
+
+/// 32-bit FNV-1a (Go's `hash/fnv.New32a`: xor, then multiply), the hash spec §2.7 names for
+/// shortening a node's `managed-by` value. The `fnv` crate only has the 64-bit variant.
+fn fnv1a_32(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// Whether `class` gets capacity objects: it names the driver, and it waits for the first

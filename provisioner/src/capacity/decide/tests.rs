@@ -443,6 +443,13 @@ fn the_segments_are_the_clusters_centrally_and_this_nodes_alone_in_node_mode() {
 }
 
 #[test]
+fn fnv1a_32_matches_gos_fnv_new32a() {
+    assert_eq!(fnv1a_32(b""), 0x811c_9dc5);
+    assert_eq!(fnv1a_32(b"a"), 0xe40c_292c);
+    assert_eq!(fnv1a_32(b"foobar"), 0xbf9c_f968);
+}
+
+#[test]
 fn the_managed_by_value_names_the_node_and_fits_a_label() {
     let long = "n".repeat(60);
     let long_hashed = managed_by(Some(&long));
@@ -459,7 +466,11 @@ fn the_managed_by_value_names_the_node_and_fits_a_label() {
     for (node, want) in rows {
         assert_eq!(managed_by(node), want, "{node:?}");
     }
-    assert_eq!(long_hashed.len(), 63, "{long_hashed}");
+    assert!(long_hashed.len() <= 63, "{long_hashed}");
+    assert!(
+        long_hashed.ends_with(&format!("-{:x}", fnv1a_32(long.as_bytes()))),
+        "{long_hashed}"
+    );
     assert!(
         long_hashed.starts_with("external-provisioner-nnnn"),
         "{long_hashed}"
@@ -470,11 +481,12 @@ fn the_managed_by_value_names_the_node_and_fits_a_label() {
     );
     assert_eq!(managed_by(Some(&long)), long_hashed, "stable");
     // A cut that would end in `-` or `.` is trimmed back to an alphanumeric character.
-    let dotted = managed_by(Some(&format!("{}.{}", "a".repeat(24), "b".repeat(40))));
+    // (20 for `external-provisioner`, 2 dashes, at most 8 hex digits: 33 of the node name fit.)
+    let dotted = managed_by(Some(&format!("{}.{}", "a".repeat(32), "b".repeat(40))));
     assert!(dotted.len() <= 63, "{dotted}");
     assert!(!dotted.contains(".-"), "{dotted}");
     assert!(
-        dotted.starts_with(&format!("external-provisioner-{}-", "a".repeat(24))),
+        dotted.starts_with(&format!("external-provisioner-{}-", "a".repeat(32))),
         "{dotted}"
     );
 }
