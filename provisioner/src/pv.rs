@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use proto::csi::v1::CreateVolumeResponse;
 use proto::csi::v1::volume_capability::access_mode::Mode;
+use proto::csi::v1::{CreateVolumeResponse, Volume};
 use thiserror::Error;
 
 use crate::annotations::{
@@ -51,6 +51,17 @@ pub(crate) enum BuildPvError {
         /// `required_bytes` sent.
         requested: i64,
     },
+    /// A segment key of `accessible_topology` is not a label key, so kube-apiserver would refuse
+    /// the PV's node affinity (422) and the PV could never be saved: delete and retry.
+    #[error(
+        "CreateVolume returned an invalid accessible topology: key {key:?} is not a qualified name ([prefix/]name)"
+    )]
+    InvalidTopologyKey {
+        /// The volume to delete.
+        volume_id: String,
+        /// The first offending key.
+        key: String,
+    },
     /// The claim has a data source but the driver did not say it used one: delete and retry.
     #[error("volume content source missing")]
     ContentSourceMissing {
@@ -72,9 +83,9 @@ impl BuildPvError {
     /// The volume the controller must DeleteVolume before retrying, if any.
     pub(crate) fn cleanup_volume_id(&self) -> Option<&str> {
         match self {
-            Self::CapacityTooSmall { volume_id, .. } | Self::ContentSourceMissing { volume_id } => {
-                Some(volume_id)
-            }
+            Self::CapacityTooSmall { volume_id, .. }
+            | Self::ContentSourceMissing { volume_id }
+            | Self::InvalidTopologyKey { volume_id, .. } => Some(volume_id),
             Self::NoVolume | Self::EmptyVolumeId => None,
         }
     }
@@ -87,6 +98,23 @@ impl BuildPvError {
             _ => "Cleanup",
         };
         format!("{self}. {cleanup} of volume {pv_name} failed, volume is orphaned: {cleanup_error}")
+    }
+}
+
+/// Beyond upstream, which saves such a PV and, refused, retries the save forever with the
+/// volume stranded: a key kube-apiserver refuses in a node selector makes the volume unusable.
+fn check_topology_keys(volume: &Volume) -> Result<(), BuildPvError> {
+    match volume
+        .accessible_topology
+        .iter()
+        .flat_map(|t| t.segments.keys())
+        .find(|k| !csi_common::flags::is_qualified_name(k))
+    {
+        Some(key) => Err(BuildPvError::InvalidTopologyKey {
+            volume_id: volume.volume_id.clone(),
+            key: key.clone(),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -118,6 +146,9 @@ pub(crate) fn build_pv(
     } else {
         volume.capacity_bytes
     };
+    if opts.supports_topology() {
+        check_topology_keys(volume)?;
+    }
     // Upstream checks `spec.dataSource` (and a cross-namespace `dataSourceRef`); the request
     // carries a content source exactly in those cases.
     if plan.request.volume_content_source.is_some() && volume.content_source.is_none() {

@@ -262,27 +262,30 @@ pub(crate) fn accessibility_requirements(
 ///
 /// `None` when the driver reported no usable topology. (Upstream returns an affinity with no
 /// terms when every reported topology is empty, which kube-apiserver rejects; that case is
-/// `None` here too.)
+/// `None` here too.) Beyond upstream, repeated topologies make one term: a driver answering
+/// the same segment thousands of times would otherwise make a PV of megabytes.
 pub(crate) fn node_affinity(accessible: &[Topology]) -> Option<VolumeNodeAffinity> {
+    let mut seen = std::collections::BTreeSet::new();
     let terms: Vec<NodeSelectorTerm> = accessible
         .iter()
         .filter(|t| !t.segments.is_empty())
-        .map(|t| {
+        .filter_map(|t| {
             let mut segments: Vec<(&String, &String)> = t.segments.iter().collect();
             segments.sort();
-            NodeSelectorTerm {
-                match_expressions: Some(
-                    segments
-                        .into_iter()
-                        .map(|(key, value)| NodeSelectorRequirement {
-                            key: key.clone(),
-                            operator: "In".to_owned(),
-                            values: Some(vec![value.clone()]),
-                        })
-                        .collect(),
-                ),
-                match_fields: None,
-            }
+            seen.insert(segments.clone()).then_some(segments)
+        })
+        .map(|segments| NodeSelectorTerm {
+            match_expressions: Some(
+                segments
+                    .into_iter()
+                    .map(|(key, value)| NodeSelectorRequirement {
+                        key: key.clone(),
+                        operator: "In".to_owned(),
+                        values: Some(vec![value.clone()]),
+                    })
+                    .collect(),
+            ),
+            match_fields: None,
         })
         .collect();
     if terms.is_empty() {

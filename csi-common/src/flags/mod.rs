@@ -63,8 +63,8 @@ pub use args::{
 pub use argv::{normalize_args, parse};
 pub use values::{
     FeatureGates, LeaseLabels, Quantity, VModule, VModuleItem, feature_gates, format_go_duration,
-    go_bool, go_bool_func, go_duration, go_int, go_uint, lease_labels, quantity, verbosity_level,
-    vmodule,
+    go_bool, go_bool_func, go_duration, go_int, go_uint, is_qualified_name, lease_labels, quantity,
+    verbosity_level, vmodule,
 };
 
 /// Flag combinations that parse but are invalid; upstream reports these after parsing and

@@ -390,7 +390,9 @@ fn is_label_name(s: &str) -> bool {
 }
 
 /// apimachinery `IsQualifiedName`: `name` or `prefix/name`, the prefix a DNS-1123 subdomain.
-fn is_qualified_name(s: &str) -> bool {
+/// A label key, and the key of a node selector requirement, must be one (kube-apiserver
+/// refuses the object with 422 otherwise).
+pub fn is_qualified_name(s: &str) -> bool {
     match s.split_once('/') {
         None => is_label_name(s),
         Some((prefix, name)) => {

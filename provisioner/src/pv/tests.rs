@@ -204,6 +204,40 @@ fn unusable_responses_are_retried_in_background() {
 }
 
 #[test]
+fn a_topology_key_kube_apiserver_refuses_makes_the_volume_unusable() {
+    let opts = hostpath_options();
+    let with_key = |key: &str| {
+        let mut response = fixture_response();
+        response.volume.as_mut().unwrap().accessible_topology = vec![Topology {
+            segments: [(key.to_owned(), "x".to_owned())].into(),
+        }];
+        build(&opts, &fixture_pvc(), &fixture_class(), &response)
+    };
+    assert!(with_key("topology.example.com/zone").is_ok());
+    assert!(with_key("zone").is_ok());
+    for bad in ["not a/label/key", "a/b/c", "", "Upper.Case/zone", "-zone"] {
+        let err = with_key(bad).unwrap_err();
+        assert_eq!(
+            err,
+            BuildPvError::InvalidTopologyKey {
+                volume_id: "39d5bfc9-e5c1-11f1-9a92-6a32d2d0897e".into(),
+                key: bad.into(),
+            },
+            "{bad:?}"
+        );
+        assert_eq!(err.state(), ProvisioningState::InBackground);
+        assert_eq!(
+            err.cleanup_volume_id(),
+            Some("39d5bfc9-e5c1-11f1-9a92-6a32d2d0897e")
+        );
+    }
+    assert_eq!(
+        with_key("a/b/c").unwrap_err().to_string(),
+        "CreateVolume returned an invalid accessible topology: key \"a/b/c\" is not a qualified name ([prefix/]name)"
+    );
+}
+
+#[test]
 fn claims_with_a_data_source_need_a_content_source_in_the_response() {
     let opts = hostpath_options();
     let pvc = fixture_pvc();

@@ -477,3 +477,20 @@ fn node_affinity_has_one_term_per_accessible_topology() {
     );
     assert_eq!(terms[1].match_expressions.as_ref().unwrap().len(), 1);
 }
+
+#[test]
+fn repeated_topologies_make_one_term_each_in_first_seen_order() {
+    let mut accessible = vec![topo(&[(ZONE, "b")]); 10_000];
+    accessible.push(topo(&[(ZONE, "a"), (RACK, "r1")]));
+    accessible.push(topo(&[(RACK, "r1"), (ZONE, "a")]));
+    let terms = node_affinity(&accessible)
+        .unwrap()
+        .required
+        .unwrap()
+        .node_selector_terms;
+    let values: Vec<usize> = terms
+        .iter()
+        .map(|t| t.match_expressions.as_ref().unwrap().len())
+        .collect();
+    assert_eq!(values, [1, 2]);
+}

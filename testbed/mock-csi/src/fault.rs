@@ -4,8 +4,10 @@
 //! call is call 1), so a test can arm "the next CreateVolume times out" at any point without
 //! knowing how many calls came before.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use proto::csi::v1 as csi;
 use tonic::{Code, Status};
 
 use super::method::Method;
@@ -73,6 +75,107 @@ pub enum Action {
     /// Answer at once with one of these codes (picked from the call number, so reproducible)
     /// and this message; the volume table is not touched. An empty list answers `Internal`.
     ErrorAmong(Vec<Code>, String),
+    /// Carry the call out normally (the volume table changes as for a good call), then answer
+    /// OK with this corruption of the response: the driver did the work but said nonsense.
+    Garbage(Garbage),
+}
+
+/// A well-formed gRPC answer with nonsense in it, as buggy drivers send. Each applies only to
+/// the response of the RPC named in its doc; on any other RPC it changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Garbage {
+    /// CreateVolume: `volume.volume_id` is empty although the volume was created. Copies a
+    /// driver that fills the response from a half-initialised object (the CSI spec says the
+    /// id "MUST be specified"); the created volume stays in the table under its real id.
+    EmptyVolumeId,
+    /// CreateVolume: `volume.capacity_bytes` is this value instead of the size created. Copies
+    /// drivers answering 0 ("unknown", allowed by the spec, e.g. NFS-like drivers) or a size
+    /// below the request (a driver rounding down to its allocation unit).
+    CreatedCapacity(i64),
+    /// CreateVolume: `volume.accessible_topology` is `segments` copies of one segment with
+    /// `key` = `value`. Copies drivers reporting keys that are not Kubernetes label keys
+    /// (spaces, several slashes), empty segments (`segments` 1 with an empty key) and
+    /// runaway lists (thousands of segments from a driver looping over its zones).
+    Topology {
+        /// Number of segments in the answer.
+        segments: usize,
+        /// The key of every segment; an empty key makes the segments empty maps.
+        key: String,
+        /// The value of that key.
+        value: String,
+    },
+    /// ControllerPublishVolume: `publish_context` carries one entry of this many bytes. Copies
+    /// a driver stuffing a device map or certificate into the context, past the 256 KiB a
+    /// VolumeAttachment status can hold once the API server's limits apply.
+    PublishContextBytes(usize),
+    /// ControllerExpandVolume: `capacity_bytes` is this value (0 or below the request) although
+    /// the volume was expanded. Copies drivers answering their old size or nothing.
+    ExpandedCapacity(i64),
+    /// GetCapacity: `available_capacity` is this value (negative from a driver subtracting
+    /// reservations past zero).
+    AvailableCapacity(i64),
+}
+
+impl Garbage {
+    /// Corrupts a CreateVolume answer.
+    pub(crate) fn create(&self, mut resp: csi::CreateVolumeResponse) -> csi::CreateVolumeResponse {
+        let Some(volume) = resp.volume.as_mut() else {
+            return resp;
+        };
+        match self {
+            Garbage::EmptyVolumeId => volume.volume_id.clear(),
+            Garbage::CreatedCapacity(bytes) => volume.capacity_bytes = *bytes,
+            Garbage::Topology {
+                segments,
+                key,
+                value,
+            } => {
+                let segment = if key.is_empty() {
+                    HashMap::new()
+                } else {
+                    HashMap::from([(key.clone(), value.clone())])
+                };
+                volume.accessible_topology = (0..*segments)
+                    .map(|_| csi::Topology {
+                        segments: segment.clone(),
+                    })
+                    .collect();
+            }
+            _ => {}
+        }
+        resp
+    }
+
+    /// Corrupts a ControllerPublishVolume answer.
+    pub(crate) fn publish(
+        &self,
+        mut resp: csi::ControllerPublishVolumeResponse,
+    ) -> csi::ControllerPublishVolumeResponse {
+        if let Garbage::PublishContextBytes(bytes) = self {
+            resp.publish_context
+                .insert("garbage".into(), "x".repeat(*bytes));
+        }
+        resp
+    }
+
+    /// Corrupts a ControllerExpandVolume answer.
+    pub(crate) fn expand(
+        &self,
+        mut resp: csi::ControllerExpandVolumeResponse,
+    ) -> csi::ControllerExpandVolumeResponse {
+        if let Garbage::ExpandedCapacity(bytes) = self {
+            resp.capacity_bytes = *bytes;
+        }
+        resp
+    }
+
+    /// Corrupts a GetCapacity answer.
+    pub(crate) fn capacity(&self, mut resp: csi::GetCapacityResponse) -> csi::GetCapacityResponse {
+        if let Garbage::AvailableCapacity(bytes) = self {
+            resp.available_capacity = *bytes;
+        }
+        resp
+    }
 }
 
 /// An injected fault: `action` on the calls of `method` selected by `when`.
@@ -119,6 +222,8 @@ pub(crate) struct Plan {
     pub(crate) delay: Duration,
     /// The status to answer with instead of running the RPC (the first matching error wins).
     pub(crate) error: Option<Status>,
+    /// The corruption of a successful answer (the first matching one wins).
+    pub(crate) garbage: Option<Garbage>,
 }
 
 /// The injected faults with their per-fault call counters.
@@ -144,7 +249,12 @@ impl FaultTable {
             if !fault.when.matches(*seen) {
                 continue;
             }
+            if let Action::Garbage(garbage) = &fault.action {
+                plan.garbage.get_or_insert_with(|| garbage.clone());
+                continue;
+            }
             let (delay, error) = match &fault.action {
+                Action::Garbage(_) => (Duration::ZERO, None),
                 Action::Error(code, msg) => (Duration::ZERO, Some((*code, msg))),
                 Action::Delay(d) => (*d, None),
                 Action::DelayThenError(d, code, msg) => (*d, Some((*code, msg))),
@@ -265,5 +375,97 @@ mod tests {
         t.inject(Fault::error(Method::Probe, Code::Internal, "x"));
         t.clear();
         assert_eq!(codes(&mut t, Method::Probe, 1), [None]);
+    }
+
+    fn created() -> csi::CreateVolumeResponse {
+        csi::CreateVolumeResponse {
+            volume: Some(csi::Volume {
+                volume_id: "vol-1".into(),
+                capacity_bytes: 1 << 30,
+                accessible_topology: vec![csi::Topology {
+                    segments: HashMap::from([("zone".into(), "a".into())]),
+                }],
+                ..csi::Volume::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_garbage_fault_answers_ok_for_the_matching_call_only() {
+        let mut t = FaultTable::default();
+        t.inject(Fault {
+            method: Method::CreateVolume,
+            when: When::Nth(2),
+            action: Action::Garbage(Garbage::EmptyVolumeId),
+        });
+        let plans: Vec<_> = (0..3).map(|_| t.on_call(Method::CreateVolume)).collect();
+        assert!(plans.iter().all(|p| p.error.is_none()));
+        let garbage: Vec<_> = plans.into_iter().map(|p| p.garbage).collect();
+        assert_eq!(garbage, [None, Some(Garbage::EmptyVolumeId), None]);
+    }
+
+    #[test]
+    fn empty_volume_id_clears_only_the_id() {
+        let volume = Garbage::EmptyVolumeId.create(created()).volume.unwrap();
+        assert_eq!(volume.volume_id, "");
+        assert_eq!(volume.capacity_bytes, 1 << 30);
+    }
+
+    #[test]
+    fn created_capacity_replaces_the_size() {
+        for bytes in [0, 1024, -1] {
+            let volume = Garbage::CreatedCapacity(bytes).create(created()).volume;
+            assert_eq!(volume.unwrap().capacity_bytes, bytes);
+        }
+    }
+
+    #[test]
+    fn topology_garbage_repeats_the_segment_and_an_empty_key_makes_empty_segments() {
+        let many = Garbage::Topology {
+            segments: 10_000,
+            key: "not a/label/key".into(),
+            value: "v".into(),
+        };
+        let topology = many.create(created()).volume.unwrap().accessible_topology;
+        assert_eq!(topology.len(), 10_000);
+        assert_eq!(topology[9_999].segments["not a/label/key"], "v");
+        let empty = Garbage::Topology {
+            segments: 1,
+            key: String::new(),
+            value: String::new(),
+        };
+        let topology = empty.create(created()).volume.unwrap().accessible_topology;
+        assert_eq!(topology.len(), 1);
+        assert!(topology[0].segments.is_empty());
+    }
+
+    #[test]
+    fn publish_context_bytes_adds_one_entry_of_that_size() {
+        let resp = Garbage::PublishContextBytes(1 << 20)
+            .publish(csi::ControllerPublishVolumeResponse::default());
+        assert_eq!(resp.publish_context["garbage"].len(), 1 << 20);
+    }
+
+    #[test]
+    fn expanded_capacity_replaces_the_answered_size() {
+        let resp = Garbage::ExpandedCapacity(0).expand(csi::ControllerExpandVolumeResponse {
+            capacity_bytes: 2 << 30,
+            node_expansion_required: true,
+        });
+        assert_eq!(resp.capacity_bytes, 0);
+        assert!(resp.node_expansion_required);
+    }
+
+    #[test]
+    fn available_capacity_replaces_the_available_bytes() {
+        let resp = Garbage::AvailableCapacity(-5).capacity(csi::GetCapacityResponse::default());
+        assert_eq!(resp.available_capacity, -5);
+    }
+
+    #[test]
+    fn garbage_for_another_rpc_changes_nothing() {
+        assert_eq!(Garbage::AvailableCapacity(-5).create(created()), created());
+        let publish = csi::ControllerPublishVolumeResponse::default();
+        assert_eq!(Garbage::EmptyVolumeId.publish(publish.clone()), publish);
     }
 }

@@ -52,7 +52,7 @@ pub use config::{
     NodeRpc, PluginCapability, PluginService, UnknownCapability, VolumeExpansion,
     parse_controller_rpc, parse_node_rpc,
 };
-pub use fault::{Action, Fault, When};
+pub use fault::{Action, Fault, Garbage, When};
 pub use method::{Method, Service, UnknownMethod};
 pub use record::RecordedCall;
 pub use server::{MockDriver, MockDriverHandle};

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tonic::{Code, Request, Response, Status};
 
 use super::config::PluginCapability;
+use super::fault::Garbage;
 use super::method::Method;
 use super::shared::{Inner, Shared};
 
@@ -31,17 +32,33 @@ impl CsiService {
         CsiService { shared, stopped }
     }
 
-    /// Runs one RPC: record, log, apply faults, then `op` under the state lock.
-    ///
-    /// The work runs in its own task, so a client that gives up (deadline, cancellation) does
-    /// not cancel it: like a real driver, the mock finishes a delayed CreateVolume after the
-    /// caller stopped waiting, and the caller's retry finds the volume (CSI spec, "Timeouts").
-    /// Only stopping the driver abandons a pending call.
+    /// Runs one RPC whose answer no [`Garbage`] fault changes.
     async fn call<Req, Resp>(
         &self,
         method: Method,
         request: Request<Req>,
         op: impl FnOnce(&mut Inner, Req) -> Result<Resp, Status> + Send + 'static,
+    ) -> RpcResult<Resp>
+    where
+        Req: Message + Debug + Send + 'static,
+        Resp: Debug + Send + 'static,
+    {
+        self.call_garbled(method, request, op, |_, resp| resp).await
+    }
+
+    /// Runs one RPC: record, log, apply faults, then `op` under the state lock, then `garble`
+    /// when a [`Garbage`] fault matched and `op` succeeded.
+    ///
+    /// The work runs in its own task, so a client that gives up (deadline, cancellation) does
+    /// not cancel it: like a real driver, the mock finishes a delayed CreateVolume after the
+    /// caller stopped waiting, and the caller's retry finds the volume (CSI spec, "Timeouts").
+    /// Only stopping the driver abandons a pending call.
+    async fn call_garbled<Req, Resp>(
+        &self,
+        method: Method,
+        request: Request<Req>,
+        op: impl FnOnce(&mut Inner, Req) -> Result<Resp, Status> + Send + 'static,
+        garble: fn(&Garbage, Resp) -> Resp,
     ) -> RpcResult<Resp>
     where
         Req: Message + Debug + Send + 'static,
@@ -69,7 +86,10 @@ impl CsiService {
             }
             let result = match begun.plan.error {
                 Some(status) => Err(status),
-                None => op(&mut shared.lock(), req),
+                None => op(&mut shared.lock(), req).map(|resp| match &begun.plan.garbage {
+                    Some(garbage) => garble(garbage, resp),
+                    None => resp,
+                }),
             };
             let (code, message) = match &result {
                 Ok(_) => (Code::Ok, ""),
@@ -166,9 +186,12 @@ impl Controller for CsiService {
         &self,
         request: Request<csi::CreateVolumeRequest>,
     ) -> RpcResult<csi::CreateVolumeResponse> {
-        self.call(Method::CreateVolume, request, |inner, req| {
-            inner.volumes.create_volume(&inner.config, req)
-        })
+        self.call_garbled(
+            Method::CreateVolume,
+            request,
+            |inner, req| inner.volumes.create_volume(&inner.config, req),
+            Garbage::create,
+        )
         .await
     }
 
@@ -186,9 +209,12 @@ impl Controller for CsiService {
         &self,
         request: Request<csi::ControllerPublishVolumeRequest>,
     ) -> RpcResult<csi::ControllerPublishVolumeResponse> {
-        self.call(Method::ControllerPublishVolume, request, |inner, req| {
-            inner.volumes.controller_publish(&inner.config, &req)
-        })
+        self.call_garbled(
+            Method::ControllerPublishVolume,
+            request,
+            |inner, req| inner.volumes.controller_publish(&inner.config, &req),
+            Garbage::publish,
+        )
         .await
     }
 
@@ -226,9 +252,12 @@ impl Controller for CsiService {
         &self,
         request: Request<csi::GetCapacityRequest>,
     ) -> RpcResult<csi::GetCapacityResponse> {
-        self.call(Method::GetCapacity, request, |inner, req| {
-            inner.volumes.get_capacity(&inner.config, &req)
-        })
+        self.call_garbled(
+            Method::GetCapacity,
+            request,
+            |inner, req| inner.volumes.get_capacity(&inner.config, &req),
+            Garbage::capacity,
+        )
         .await
     }
 
@@ -298,9 +327,12 @@ impl Controller for CsiService {
         &self,
         request: Request<csi::ControllerExpandVolumeRequest>,
     ) -> RpcResult<csi::ControllerExpandVolumeResponse> {
-        self.call(Method::ControllerExpandVolume, request, |inner, req| {
-            inner.volumes.controller_expand(&inner.config, &req)
-        })
+        self.call_garbled(
+            Method::ControllerExpandVolume,
+            request,
+            |inner, req| inner.volumes.controller_expand(&inner.config, &req),
+            Garbage::expand,
+        )
         .await
     }
 

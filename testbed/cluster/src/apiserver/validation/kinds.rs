@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::classes;
 use super::field::FieldError;
 use super::metadata::{string_list, validate_metadata, validate_metadata_update};
+use super::names::qualified_name_errors;
 use crate::apiserver::quantity;
 use crate::apiserver::resources::{ResourceInfo, View};
 
@@ -82,6 +83,25 @@ fn positive_quantity(errs: &mut Vec<FieldError>, v: &Value, field: &str) {
     }
 }
 
+/// The keys of a PV's `spec.nodeAffinity` (kube-apiserver `ValidateVolumeNodeAffinity` ->
+/// `validateNodeSelectorRequirement`: each key a label name, else 422). A driver's topology key
+/// reaches the PV this way, so an invalid one makes the PV unsavable.
+fn node_affinity_keys(errs: &mut Vec<FieldError>, spec: &Value) {
+    let terms = spec["nodeAffinity"]["required"]["nodeSelectorTerms"].as_array();
+    for (t, term) in terms.into_iter().flatten().enumerate() {
+        let expressions = term["matchExpressions"].as_array();
+        for (e, expression) in expressions.into_iter().flatten().enumerate() {
+            let key = expression["key"].as_str().unwrap_or_default();
+            let field = format!(
+                "spec.nodeAffinity.required.nodeSelectorTerms[{t}].matchExpressions[{e}].key"
+            );
+            for msg in qualified_name_errors(key) {
+                errs.push(FieldError::invalid(field.clone(), key, msg));
+            }
+        }
+    }
+}
+
 fn required_str(errs: &mut Vec<FieldError>, v: &Value, field: &str) {
     if v.as_str().is_none_or(str::is_empty) {
         errs.push(FieldError::required(field, ""));
@@ -132,6 +152,7 @@ pub(crate) fn validate_object(info: &ResourceInfo, obj: &Value) -> Vec<FieldErro
                     "may not specify more than 1 volume type",
                 ));
             }
+            node_affinity_keys(&mut errs, spec);
             if spec.get("csi").is_some_and(Value::is_object) {
                 required_str(&mut errs, &spec["csi"]["driver"], "spec.csi.driver");
                 required_str(

@@ -111,6 +111,17 @@ fn required_fields_of_the_kinds_sidecars_write() {
             vec!["spec.csi.volumeHandle: Required value"],
         ),
         (
+            "",
+            "persistentvolumes",
+            json!({"metadata": {"name": "pv"}, "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}, "csi": {"driver": "d", "volumeHandle": "v"},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "topology.example.com/zone", "operator": "In", "values": ["a"]},
+                    {"key": "a/b/c", "operator": "In", "values": ["a"]}]}]}}}}),
+            vec![
+                "spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[1].key: Invalid value: \"a/b/c\": a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+            ],
+        ),
+        (
             "storage.k8s.io",
             "volumeattachments",
             json!({"metadata": {"name": "va"}, "spec": {"source": {}}}),
