@@ -42,6 +42,7 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
+use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -77,7 +78,8 @@ pub enum Change<'a, K> {
 /// change, on the informer's task (keep it short: enqueue, do not call out).
 pub fn informer<K, F>(api: Api<K>, trim: fn(&mut K), on_change: F) -> (Store<K>, InformerTask)
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Clone + Eq + Hash + Send + Sync,
     F: FnMut(Change<'_, K>) + Send + 'static,
 {
     filtered_informer(api, watcher::Config::default(), trim, on_change)
@@ -92,11 +94,14 @@ pub fn filtered_informer<K, F>(
     on_change: F,
 ) -> (Store<K>, InformerTask)
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Clone + Eq + Hash + Send + Sync,
     F: FnMut(Change<'_, K>) + Send + 'static,
 {
     let (reader, writer) = reflector::store();
-    let kind = K::kind(&()).into_owned();
+    // A kind whose version is chosen at run time (its dynamic type) is cached under the
+    // default one: the store's keys only need to be consistent.
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
     let mut cache = Cache::new(reader.clone(), writer, on_change);
     let task = async move {
         // client-go's informers (WatchListClient, on since client-go 0.34) start with one
@@ -162,7 +167,10 @@ fn refuses_streaming(err: &watcher::Error) -> bool {
 /// The store writer and the handler. What client-go's `Replace` reports after a re-list is
 /// computed from the store itself at `InitDone` (kube-runtime's writer buffers the new list
 /// until then), so nothing is kept per object besides the store.
-struct Cache<K: Resource<DynamicType = ()> + Clone + 'static, F> {
+struct Cache<K: Resource + Clone + 'static, F>
+where
+    K::DynamicType: Clone + Eq + Hash,
+{
     store: Store<K>,
     writer: reflector::store::Writer<K>,
     on_change: F,
@@ -170,7 +178,8 @@ struct Cache<K: Resource<DynamicType = ()> + Clone + 'static, F> {
 
 impl<K, F> Cache<K, F>
 where
-    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+    K: Resource + Clone + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Clone + Eq + Hash,
     F: FnMut(Change<'_, K>),
 {
     fn new(store: Store<K>, writer: reflector::store::Writer<K>, on_change: F) -> Self {

@@ -193,7 +193,8 @@ pub async fn run(
 }
 
 /// Capacity tracking's start-up, before leader election as upstream: its own rate-limited
-/// client, the storage.k8s.io/v1 probe, the owner of the objects, the gauges. In node
+/// client, the version probe (storage.k8s.io/v1, else v1beta1), the owner of the objects, the
+/// gauges. In node
 /// deployment (spec §6.2) the objects are this node's segment's only, labelled
 /// `managed-by=external-provisioner-<node>`.
 async fn capacity_deps(
@@ -205,7 +206,7 @@ async fn capacity_deps(
     let capacity_client = sidecar
         .client_with_limits(settings.qps, settings.burst)
         .await?;
-    capacity::owner::probe_v1(&capacity_client, &settings.namespace).await?;
+    let version = capacity::owner::probe(&capacity_client, &settings.namespace).await?;
     let owner = capacity::owner::resolve(
         &capacity_client,
         &settings.namespace,
@@ -213,12 +214,13 @@ async fn capacity_deps(
         settings.ownerref_level,
     )
     .await?;
-    tracing::info!(owner = ?owner.as_ref().map(|o| format!("{}/{}", o.kind, o.name)), "storage capacity tracking enabled");
+    tracing::info!(owner = ?owner.as_ref().map(|o| format!("{}/{}", o.kind, o.name)), version = version.as_str(), "storage capacity tracking enabled");
     let metrics = capacity::metrics::CapacityMetrics::register(sidecar.metrics.registry())
         .map_err(|err| RunError::Metrics(Box::new(err)))?;
     Ok(capacity::controller::Deps {
         client: sidecar.client.clone(),
         capacity_client,
+        version,
         driver: capacity::csi::TonicCapacity::new(sidecar.connection.clone(), config.timeout),
         template: capacity::decide::Template {
             namespace: settings.namespace.clone(),

@@ -15,9 +15,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
+};
 use serde_json::json;
 use support::*;
+use testbed_cluster::apiserver;
 use testbed_mock_csi::{
     DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, Fault, Method, MockDriverConfig, When,
 };
@@ -413,5 +417,106 @@ async fn a_refresh_whose_get_capacity_fails_is_retried() {
     assert!(
         cluster.driver.calls_of(Method::GetCapacity).len() >= 3,
         "first poll, the failed refresh, its retry"
+    );
+}
+
+/// Kubernetes 1.21-1.23 serve CSIStorageCapacity at storage.k8s.io/v1beta1 only: the probe's
+/// v1 create gets 404, so the provisioner falls back to v1beta1 (upstream) and caches,
+/// creates, updates and deletes its objects there, with v1's fields.
+#[tokio::test]
+async fn without_v1_the_objects_are_kept_at_v1beta1() {
+    let cluster = Cluster::with_server(
+        capacity_driver(),
+        apiserver::Config {
+            disabled_resources: vec!["storage.k8s.io/v1/csistoragecapacities".into()],
+            enabled_resources: vec!["storage.k8s.io/v1beta1/csistoragecapacities".into()],
+            ..apiserver::Config::default()
+        },
+    )
+    .await;
+    create_pod(&cluster, None).await;
+    cluster
+        .create_class(kind_class("fast", "WaitForFirstConsumer"))
+        .await;
+    let provisioner = start(&cluster, &["--capacity-ownerref-level=0"]);
+    let beta = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("storage.k8s.io", "v1beta1", "CSIStorageCapacity"),
+        "csistoragecapacities",
+    );
+    let objects: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client.clone(), NAMESPACE, &beta);
+    let wait_capacity = async |capacity: &str| {
+        eventually(
+            &format!("one v1beta1 CSIStorageCapacity with {capacity}"),
+            SHORT,
+            async || {
+                let mut items = objects.list(&ListParams::default()).await.ok()?.items;
+                let object = items.pop()?;
+                (items.is_empty() && object.data["capacity"] == capacity).then_some(object)
+            },
+        )
+        .await
+    };
+    let listed = wait_capacity("10Gi").await;
+    let name = listed.metadata.name.clone().unwrap();
+    let object = objects.get(&name).await.unwrap();
+    assert_eq!(
+        object.types.as_ref().unwrap().api_version,
+        "storage.k8s.io/v1beta1"
+    );
+    assert_eq!(object.data["storageClassName"], "fast");
+    assert_eq!(object.data["maximumVolumeSize"], "4Gi");
+    assert_eq!(
+        object.data["nodeTopology"]["matchLabels"][DEFAULT_TOPOLOGY_KEY],
+        DEFAULT_NODE_ID
+    );
+    let labels = object.metadata.labels.clone().unwrap();
+    assert_eq!(labels["csi.storage.k8s.io/drivername"], DRIVER);
+    assert_eq!(
+        labels["csi.storage.k8s.io/managed-by"],
+        "external-provisioner"
+    );
+    assert_eq!(object.metadata.owner_references.unwrap()[0].name, POD);
+    wait_gauges(&provisioner, (1.0, 1.0, 0.0)).await;
+
+    // Provisioning refreshes the segment: the same object is updated at v1beta1.
+    create_scheduled_claim(&cluster, "data", "3Gi").await;
+    cluster.bound("data", SHORT).await;
+    let updated = wait_capacity("7Gi").await;
+    assert_eq!(updated.metadata.name.as_deref(), Some(name.as_str()));
+
+    // Without its class the object is obsolete and deleted at v1beta1.
+    Api::<StorageClass>::all(cluster.client.clone())
+        .delete("fast", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the v1beta1 object deleted", SHORT, async || {
+        let items = objects.list(&ListParams::default()).await.ok()?.items;
+        items.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// Neither version served (or no such namespace): start fails naming both, where upstream
+/// would fall back to v1beta1 and fail every write.
+#[tokio::test]
+async fn without_any_capacity_version_start_fails_naming_both() {
+    let cluster = Cluster::with_server(
+        capacity_driver(),
+        apiserver::Config {
+            disabled_resources: vec!["storage.k8s.io/v1/csistoragecapacities".into()],
+            ..apiserver::Config::default()
+        },
+    )
+    .await;
+    create_pod(&cluster, None).await;
+    let mut provisioner = start(&cluster, &["--capacity-ownerref-level=0"]);
+    assert_eq!(provisioner.exit_code(SHORT).await, Some(255));
+    assert!(
+        provisioner
+            .log()
+            .contains("neither storage.k8s.io/v1 nor v1beta1 CSIStorageCapacity is served"),
+        "{}",
+        provisioner.log()
     );
 }

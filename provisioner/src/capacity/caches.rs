@@ -13,7 +13,7 @@ use csi_common::workqueue::WorkQueue;
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, Node, PersistentVolume, PersistentVolumeSpec,
 };
-use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::runtime::reflector::Store;
@@ -21,6 +21,7 @@ use kube::runtime::watcher;
 
 use super::controller::{Deps, SharedState, lock};
 use super::decide::{self, CapacityKey, SegmentSource};
+use super::version::Capacity;
 use crate::controller::stores::{trim_class, trim_csinode, trim_node};
 
 /// Read access to the five caches.
@@ -31,7 +32,8 @@ pub(super) struct Caches {
     pub(super) nodes: Option<Store<Node>>,
     /// Central mode only.
     pub(super) csinodes: Option<Store<CSINode>>,
-    pub(super) capacities: Store<CSIStorageCapacity>,
+    /// At the probed version.
+    pub(super) capacities: Store<Capacity>,
     pub(super) volumes: Store<PersistentVolume>,
 }
 
@@ -62,7 +64,7 @@ pub(super) struct Handlers {
 }
 
 impl Handlers {
-    fn capacity_changed(&self, change: &Change<'_, CSIStorageCapacity>) {
+    fn capacity_changed(&self, change: &Change<'_, Capacity>) {
         let mut state = lock(&self.state);
         let (old, new, gone) = match change {
             Change::Applied { old, new } => (old.as_deref(), Some(*new), None),
@@ -137,12 +139,16 @@ pub(super) fn start_caches<D>(
     };
     let selector = watcher::Config::default().labels(&deps.template.label_selector());
     let (capacities, task) = filtered_informer(
-        Api::namespaced(deps.capacity_client.clone(), &deps.template.namespace),
+        Api::namespaced_with(
+            deps.capacity_client.clone(),
+            &deps.template.namespace,
+            &deps.version,
+        ),
         selector,
         trim_capacity,
         {
             let handlers = Arc::clone(handlers);
-            move |change: Change<'_, CSIStorageCapacity>| handlers.capacity_changed(&change)
+            move |change: Change<'_, Capacity>| handlers.capacity_changed(&change)
         },
     );
     tasks.push(task);
@@ -194,7 +200,7 @@ fn node_caches<D>(
     (nodes, csinodes)
 }
 
-fn trim_capacity(capacity: &mut CSIStorageCapacity) {
+fn trim_capacity(capacity: &mut Capacity) {
     trim_managed_fields(&mut capacity.metadata);
 }
 

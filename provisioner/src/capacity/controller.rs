@@ -35,6 +35,7 @@ use super::csi::CapacityDriver;
 use super::decide::{self, Capacity, CapacityKey, SegmentSource, Step, Template};
 use super::metrics::CapacityMetrics;
 use super::settings::CapacitySettings;
+use super::version::{Capacity as Object, CapacityVersion};
 use crate::args::RetrySettings;
 
 pub(crate) use csi_common::controller::Error;
@@ -46,6 +47,8 @@ pub(crate) struct Deps<D> {
     /// Capacity client (`--kube-api-capacity-qps/burst`): the CSIStorageCapacity cache and
     /// every write.
     pub(crate) capacity_client: Client,
+    /// The version the start-up probe picked: the cache and every write use it.
+    pub(crate) version: CapacityVersion,
     /// GetCapacity.
     pub(crate) driver: D,
     /// Flags and environment.
@@ -100,7 +103,7 @@ struct Ctx<D> {
     template: Template,
     segments: SegmentSource,
     metrics: CapacityMetrics,
-    api: Api<CSIStorageCapacity>,
+    api: Api<Object>,
     caches: Caches,
     state: SharedState,
     topology: Arc<WorkQueue<()>>,
@@ -130,7 +133,11 @@ pub(crate) async fn run<D: CapacityDriver>(
         background.spawn(task);
     }
     let ctx = Arc::new(Ctx {
-        api: Api::namespaced(deps.capacity_client, &deps.template.namespace),
+        api: Api::namespaced_with(
+            deps.capacity_client,
+            &deps.template.namespace,
+            &deps.version,
+        ),
         driver: deps.driver,
         settings: deps.settings,
         template: deps.template,
@@ -201,7 +208,7 @@ async fn sync_topology<D>(ctx: &Ctx<D>) -> Outcome {
         ctx.capacities.add(key);
     }
     let objects = ctx.caches.capacities.state();
-    let obsolete = decide::obsolete(objects.iter().map(AsRef::as_ref), &desired, &ctx.template);
+    let obsolete = decide::obsolete(objects.iter().map(|o| &o.0), &desired, &ctx.template);
     ctx.metrics
         .set(desired.len(), obsolete.current, obsolete.names.len());
     let mut outcome = Outcome::Done;
@@ -249,12 +256,16 @@ async fn sync_key<D: CapacityDriver>(ctx: &Ctx<D>, key: &CapacityKey) -> Outcome
     };
     let written = match decide::decide(key, value, existing.as_ref(), &ctx.template) {
         Step::Keep => None,
-        Step::Create(object) => Some(ctx.api.create(&PostParams::default(), &object).await),
+        Step::Create(object) => Some(
+            ctx.api
+                .create(&PostParams::default(), &Object(*object))
+                .await,
+        ),
         Step::Update(object) => {
             let name = object.metadata.name.clone().unwrap_or_default();
             Some(
                 ctx.api
-                    .replace(&name, &PostParams::default(), &object)
+                    .replace(&name, &PostParams::default(), &Object(*object))
                     .await,
             )
         }
@@ -270,7 +281,7 @@ async fn sync_key<D: CapacityDriver>(ctx: &Ctx<D>, key: &CapacityKey) -> Outcome
                 "CSIStorageCapacity written"
             );
             if let Some(k) = lock(&ctx.state).keys.get_mut(key) {
-                k.written = Some(object);
+                k.written = Some(object.0);
             }
         }
         Some(Err(err)) => {
@@ -305,7 +316,7 @@ fn current<D>(ctx: &Ctx<D>, key: &CapacityKey) -> Option<(Capacity, Option<CSISt
         });
     let existing = match (cached, &k.written) {
         (Some(cached), Some(written)) if newer(written, &cached) => Some(written.clone()),
-        (Some(cached), _) => Some((*cached).clone()),
+        (Some(cached), _) => Some(cached.0.clone()),
         (None, written) => written.clone(),
     };
     Some((value, existing))

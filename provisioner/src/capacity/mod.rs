@@ -11,8 +11,11 @@
 //! * `decide`: pure decisions, table-tested: topology segments from CSINodes and Node
 //!   labels (or this node's), the `managed-by` value, the wanted (segment, class) keys, what to write for one key, which objects are
 //!   obsolete, when to poll a key next.
-//! * `owner`: start-up, against the API: the storage.k8s.io/v1 probe and the owner
-//!   reference walk (Pod → ReplicaSet → Deployment, ...).
+//! * `owner`: start-up, against the API: the version probe (storage.k8s.io/v1, else
+//!   v1beta1 as on Kubernetes 1.21-1.23) and the owner reference walk (Pod → ReplicaSet →
+//!   Deployment, ...).
+//! * `version`: the probed version (`CapacityVersion`, passed down to the controller) and
+//!   the object type that reads and writes either (v1's fields, the version in the URL).
 //! * `controller`: the executor: the `csitopology` and `csistoragecapacity` queues,
 //!   GetCapacity calls and object writes; `caches`: its informers and event handlers.
 //! * `metrics`: the three `csistoragecapacities_*` gauges.
@@ -29,6 +32,7 @@ pub(crate) mod decide;
 pub(crate) mod metrics;
 pub(crate) mod owner;
 pub mod settings;
+pub(crate) mod version;
 
 pub use owner::StartError;
 pub use settings::{CapacitySettings, EnvironmentError, SettingsError};

@@ -1,27 +1,34 @@
 //! Start-up steps of capacity tracking that talk to the API server (upstream `main.go`):
-//! the storage.k8s.io/v1 probe and the owner of the objects.
+//! the version probe (storage.k8s.io/v1, else v1beta1) and the owner of the objects.
 
 use csi_common::kube_client::error_text;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::discovery::Scope;
 use kube::{Api, Client};
 
+use super::version::{Capacity, CapacityVersion};
+
 /// Why capacity tracking cannot start (upstream: `klog.Fatal`).
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The probe got 404: v1 is not served (upstream then falls back to v1beta1, removed in
-    /// Kubernetes 1.27; this provisioner does not, docs/compatibility.md) or the namespace
-    /// does not exist.
+    /// Both probes got 404: neither v1 nor v1beta1 is served, or the namespace does not exist
+    /// (upstream probes v1 only and would fail every write; docs/compatibility.md).
     #[error(
-        "cannot create CSIStorageCapacity objects in namespace {0}: storage.k8s.io/v1 CSIStorageCapacity is not served (Kubernetes >= 1.24 is needed) or the namespace does not exist"
+        "cannot create CSIStorageCapacity objects in namespace {0}: neither storage.k8s.io/v1 nor v1beta1 CSIStorageCapacity is served (Kubernetes >= 1.21 is needed) or the namespace does not exist"
     )]
-    NoV1(String),
-    /// The probe got an answer other than "invalid" or "not found".
-    #[error("unexpected answer while probing for storage.k8s.io/v1 CSIStorageCapacity: {0}")]
-    Probe(String),
+    NotServed(String),
+    /// A probe got an answer other than "invalid" or "not found".
+    #[error(
+        "unexpected answer while probing for storage.k8s.io/{version} CSIStorageCapacity: {error}"
+    )]
+    Probe {
+        /// The version probed.
+        version: &'static str,
+        /// What it answered.
+        error: String,
+    },
     /// A GET of the walk failed.
     #[error(
         "cannot look up the owner of CSIStorageCapacity objects: {kind} {namespace}/{name}: {error}"
@@ -56,24 +63,36 @@ pub enum StartError {
 /// Upstream's probe name: never a valid object name, so the create cannot succeed.
 const PROBE_NAME: &str = "#%123-invalid-name";
 
-/// Checks that storage.k8s.io/v1 CSIStorageCapacity is served: creating an invalid object
-/// answers 422 Invalid if it is and 404 if it is not (upstream's probe).
-pub(crate) async fn probe_v1(client: &Client, namespace: &str) -> Result<(), StartError> {
-    let api: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), namespace);
-    let probe = CSIStorageCapacity {
-        metadata: ObjectMeta {
-            name: Some(PROBE_NAME.to_owned()),
-            ..ObjectMeta::default()
-        },
-        ..CSIStorageCapacity::default()
+/// The version to read and write CSIStorageCapacity objects at: v1 if served, else v1beta1
+/// (upstream's probe, a 404 of v1 meaning Kubernetes 1.21-1.23). Creating an invalid object
+/// answers 422 Invalid where the version is served and 404 where it is not.
+pub(crate) async fn probe(client: &Client, namespace: &str) -> Result<CapacityVersion, StartError> {
+    for version in [CapacityVersion::V1, CapacityVersion::V1beta1] {
+        if served(client, namespace, version).await? {
+            return Ok(version);
+        }
+    }
+    Err(StartError::NotServed(namespace.to_owned()))
+}
+
+/// Whether `version` is served: 422 yes, 404 no.
+async fn served(
+    client: &Client,
+    namespace: &str,
+    version: CapacityVersion,
+) -> Result<bool, StartError> {
+    let api: Api<Capacity> = Api::namespaced_with(client.clone(), namespace, &version);
+    let mut probe = Capacity::default();
+    probe.metadata.name = Some(PROBE_NAME.to_owned());
+    let failed = |error: String| StartError::Probe {
+        version: version.as_str(),
+        error,
     };
     match api.create(&PostParams::default(), &probe).await {
-        Err(kube::Error::Api(status)) if status.code == 422 => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            Err(StartError::NoV1(namespace.to_owned()))
-        }
-        Err(err) => Err(StartError::Probe(error_text(&err))),
-        Ok(_) => Err(StartError::Probe(format!(
+        Err(kube::Error::Api(status)) if status.code == 422 => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(err) => Err(failed(error_text(&err))),
+        Ok(_) => Err(failed(format!(
             "an object named {PROBE_NAME:?} was created"
         ))),
     }

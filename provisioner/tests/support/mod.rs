@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use testbed_cluster::apiserver::{ApiServer, Listening};
+use testbed_cluster::apiserver::{self, ApiServer, Listening};
 use testbed_cluster::kcm::{self, ControllerManager};
 use testbed_mock_csi::{
     DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, Method, MockDriver, MockDriverConfig, MockDriverHandle,
@@ -54,8 +54,14 @@ impl Cluster {
     }
 
     pub(crate) async fn with_driver(config: MockDriverConfig) -> Self {
+        Self::with_server(config, apiserver::Config::default()).await
+    }
+
+    /// As [`Cluster::with_driver`], with an API server configured by `api` (e.g. an older
+    /// Kubernetes' versions).
+    pub(crate) async fn with_server(config: MockDriverConfig, api: apiserver::Config) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let server = ApiServer::new();
+        let server = ApiServer::with_config(api);
         let listening = server.listen().await.unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         listening.write_kubeconfig(&kubeconfig).unwrap();

@@ -1055,27 +1055,20 @@ async fn deleting_a_namespace_removes_its_content_and_then_itself() {
     assert_eq!(get(&s, "/api/v1/namespaces/fixtures").await.status, 404);
 }
 
-#[tokio::test]
-async fn a_disabled_resource_is_absent_from_discovery_and_its_paths_are_unknown() {
-    use testbed_cluster::apiserver::Config;
-    let server = ApiServer::with_config(Config {
-        disabled_resources: vec!["storage.k8s.io/v1/volumeattributesclasses".into()],
-        ..Config::default()
-    });
-    let kinds = |reply: &Reply| -> Vec<String> {
-        reply.json()["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["kind"].as_str().unwrap().to_owned())
-            .collect()
-    };
-    let list = get(&server, "/apis/storage.k8s.io/v1").await;
-    assert_eq!(list.status, 200);
-    assert!(kinds(&list).contains(&"StorageClass".to_owned()));
-    assert!(!kinds(&list).contains(&"VolumeAttributesClass".to_owned()));
-    let aggregated = send_with(
-        &server,
+/// `field` of every entry of an APIResourceList.
+fn resource_fields(reply: &Reply, field: &str) -> Vec<String> {
+    reply.json()["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[field].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// GET /apis as aggregated discovery (v2).
+async fn aggregated_apis(server: &ApiServer) -> Reply {
+    send_with(
+        server,
         "GET",
         "/apis",
         &[(
@@ -1084,7 +1077,22 @@ async fn a_disabled_resource_is_absent_from_discovery_and_its_paths_are_unknown(
         )],
         "",
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_disabled_resource_is_absent_from_discovery_and_its_paths_are_unknown() {
+    use testbed_cluster::apiserver::Config;
+    let server = ApiServer::with_config(Config {
+        disabled_resources: vec!["storage.k8s.io/v1/volumeattributesclasses".into()],
+        ..Config::default()
+    });
+    let kinds = |reply: &Reply| resource_fields(reply, "kind");
+    let list = get(&server, "/apis/storage.k8s.io/v1").await;
+    assert_eq!(list.status, 200);
+    assert!(kinds(&list).contains(&"StorageClass".to_owned()));
+    assert!(!kinds(&list).contains(&"VolumeAttributesClass".to_owned()));
+    let aggregated = aggregated_apis(&server).await;
     assert!(aggregated.body.contains("\"storageclasses\""));
     assert!(!aggregated.body.contains("volumeattributesclasses"));
     let missing = get(&server, "/apis/storage.k8s.io/v1/volumeattributesclasses").await;
@@ -1092,6 +1100,70 @@ async fn a_disabled_resource_is_absent_from_discovery_and_its_paths_are_unknown(
     // The default server serves it.
     let default = get(&ApiServer::new(), "/apis/storage.k8s.io/v1").await;
     assert!(kinds(&default).contains(&"VolumeAttributesClass".to_owned()));
+}
+
+/// Kubernetes 1.21-1.23: CSIStorageCapacity is served at storage.k8s.io/v1beta1 only (v1 came
+/// in 1.24), with v1's fields; the v1 paths are unknown and discovery lists v1beta1 beside the
+/// group's other v1 kinds. A default (v1.36.2) server has no v1beta1 of that kind.
+#[tokio::test]
+async fn capacity_at_v1beta1_only_copies_kubernetes_1_23() {
+    use testbed_cluster::apiserver::Config;
+    let server = ApiServer::with_config(Config {
+        disabled_resources: vec!["storage.k8s.io/v1/csistoragecapacities".into()],
+        enabled_resources: vec!["storage.k8s.io/v1beta1/csistoragecapacities".into()],
+        ..Config::default()
+    });
+    let v1 = "/apis/storage.k8s.io/v1/namespaces/default/csistoragecapacities";
+    let beta = "/apis/storage.k8s.io/v1beta1/namespaces/default/csistoragecapacities";
+    let object = |version: &str| {
+        json!({"apiVersion": format!("storage.k8s.io/{version}"), "kind": "CSIStorageCapacity",
+            "metadata": {"name": "csisc-a"}, "storageClassName": "fast", "capacity": "10Gi",
+            "nodeTopology": {"matchLabels": {"zone": "a"}}})
+    };
+    assert_eq!(post(&server, v1, &object("v1")).await.status, 404);
+    assert_eq!(get(&server, v1).await.status, 404);
+    let created = post(&server, beta, &object("v1beta1")).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(created.json()["apiVersion"], "storage.k8s.io/v1beta1");
+    assert_eq!(created.json()["capacity"], "10Gi");
+    let read = get(&server, &format!("{beta}/csisc-a")).await;
+    assert_eq!(read.json()["nodeTopology"]["matchLabels"]["zone"], "a");
+    // The same 422 as v1 for an invalid name (the provisioner's version probe).
+    let mut invalid = object("v1beta1");
+    invalid["metadata"]["name"] = json!("#%123-invalid-name");
+    assert_eq!(post(&server, beta, &invalid).await.status, 422);
+
+    let group = get(&server, "/apis/storage.k8s.io").await.json();
+    assert_eq!(group["versions"][0]["version"], "v1");
+    assert_eq!(group["versions"][1]["version"], "v1beta1");
+    assert_eq!(group["preferredVersion"]["version"], "v1");
+    let plurals = |reply: &Reply| resource_fields(reply, "name");
+    let listed_v1 = plurals(&get(&server, "/apis/storage.k8s.io/v1").await);
+    assert!(listed_v1.contains(&"storageclasses".to_owned()));
+    assert!(!listed_v1.contains(&"csistoragecapacities".to_owned()));
+    let listed_beta = plurals(&get(&server, "/apis/storage.k8s.io/v1beta1").await);
+    assert_eq!(listed_beta, vec!["csistoragecapacities".to_owned()]);
+    let aggregated = aggregated_apis(&server).await.json();
+    let storage = aggregated["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["metadata"]["name"] == "storage.k8s.io")
+        .unwrap()
+        .clone();
+    let beta_resources = &storage["versions"][1];
+    assert_eq!(beta_resources["version"], "v1beta1");
+    assert_eq!(
+        beta_resources["resources"][0]["resource"],
+        "csistoragecapacities"
+    );
+
+    // A default server: v1 only.
+    let default = ApiServer::new();
+    assert_eq!(get(&default, beta).await.status, 404);
+    assert_eq!(get(&default, v1).await.status, 200);
+    let group = get(&default, "/apis/storage.k8s.io").await.json();
+    assert_eq!(group["versions"].as_array().unwrap().len(), 1);
 }
 
 /// kube-apiserver's field manager: every write records who wrote which fields, named by the

@@ -196,6 +196,15 @@ fn round_trip(info: &ResourceInfo, object: &Value) -> Option<Result<Value, Strin
         ("events.k8s.io", "events") => typed::<events::v1::Event>(object),
         ("storage.k8s.io", "csidrivers") => typed::<storage::v1::CSIDriver>(object),
         ("storage.k8s.io", "csinodes") => typed::<storage::v1::CSINode>(object),
+        ("storage.k8s.io", "csistoragecapacities") if info.version == "v1beta1" => {
+            // v1beta1 has v1's fields: check it as v1 and keep the version sent.
+            let mut as_v1 = object.clone();
+            as_v1["apiVersion"] = Value::from("storage.k8s.io/v1");
+            typed::<storage::v1::CSIStorageCapacity>(&as_v1).map(|mut typed| {
+                typed["apiVersion"] = object["apiVersion"].clone();
+                typed
+            })
+        }
         ("storage.k8s.io", "csistoragecapacities") => {
             typed::<storage::v1::CSIStorageCapacity>(object)
         }

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::Value;
 
+use super::Config;
 use super::resources::{self, ResourceInfo};
 use super::status::{ApiError, json_response};
 
@@ -117,9 +118,9 @@ fn aggregated_response(version: &str, items: &[String]) -> Response {
 }
 
 /// GET /api.
-pub(crate) fn api(headers: &HeaderMap, disabled: &[String]) -> Response {
+pub(crate) fn api(headers: &HeaderMap, config: &Config) -> Response {
     if let Some(v) = aggregated(headers) {
-        return aggregated_response(v, &[discovery_group("", disabled)]);
+        return aggregated_response(v, &[discovery_group("", config)]);
     }
     let host = headers
         .get(header::HOST)
@@ -138,33 +139,49 @@ pub(crate) fn api(headers: &HeaderMap, disabled: &[String]) -> Response {
     ]))
 }
 
-fn group_version_ref(group: &str) -> String {
-    let version = resources::group_version_of(group);
+/// The versions of `group` that `config` serves a resource of, in registry order (v1 first,
+/// as kube-apiserver lists the preferred version first).
+fn served_versions(group: &str, config: &Config) -> Vec<&'static str> {
+    let mut versions: Vec<&'static str> = Vec::new();
+    for r in resources::all() {
+        if r.group == group && r.served(config) && !versions.contains(&r.version) {
+            versions.push(r.version);
+        }
+    }
+    versions
+}
+
+fn group_version_ref(group: &str, version: &str) -> String {
     obj(&[
         ("groupVersion", s(&format!("{group}/{version}"))),
         ("version", s(version)),
     ])
 }
 
-fn api_group(group: &str) -> Vec<(&'static str, String)> {
+fn api_group(group: &str, config: &Config) -> Vec<(&'static str, String)> {
+    let versions: Vec<String> = served_versions(group, config)
+        .into_iter()
+        .map(|v| group_version_ref(group, v))
+        .collect();
+    let preferred = versions
+        .first()
+        .cloned()
+        .unwrap_or_else(|| group_version_ref(group, resources::group_version_of(group)));
     vec![
         ("name", s(group)),
-        ("versions", array(&[group_version_ref(group)])),
-        ("preferredVersion", group_version_ref(group)),
+        ("versions", array(&versions)),
+        ("preferredVersion", preferred),
     ]
 }
 
 /// GET /apis.
-pub(crate) fn apis(headers: &HeaderMap, disabled: &[String]) -> Response {
+pub(crate) fn apis(headers: &HeaderMap, config: &Config) -> Response {
     let groups = groups_in_order();
     if let Some(v) = aggregated(headers) {
-        let items: Vec<String> = groups
-            .iter()
-            .map(|g| discovery_group(g, disabled))
-            .collect();
+        let items: Vec<String> = groups.iter().map(|g| discovery_group(g, config)).collect();
         return aggregated_response(v, &items);
     }
-    let items: Vec<String> = groups.iter().map(|g| obj(&api_group(g))).collect();
+    let items: Vec<String> = groups.iter().map(|g| obj(&api_group(g, config))).collect();
     respond(obj(&[
         ("kind", s("APIGroupList")),
         ("apiVersion", s("v1")),
@@ -173,12 +190,12 @@ pub(crate) fn apis(headers: &HeaderMap, disabled: &[String]) -> Response {
 }
 
 /// GET /apis/<group>.
-pub(crate) fn group(group: &str) -> Response {
+pub(crate) fn group(group: &str, config: &Config) -> Response {
     if !resources::groups().contains(&group) {
         return ApiError::unknown_path().into_response();
     }
     let mut fields = vec![("kind", s("APIGroup")), ("apiVersion", s("v1"))];
-    fields.extend(api_group(group));
+    fields.extend(api_group(group, config));
     respond(obj(&fields))
 }
 
@@ -220,10 +237,10 @@ fn resource_entry(r: &ResourceInfo) -> String {
 
 /// GET /api/v1 and /apis/<group>/<version>: the APIResourceList, without the `disabled`
 /// resources.
-pub(crate) fn group_version(group: &str, version: &str, disabled: &[String]) -> Response {
+pub(crate) fn group_version(group: &str, version: &str, config: &Config) -> Response {
     let list: Vec<&ResourceInfo> = resources::all()
         .iter()
-        .filter(|r| r.group == group && r.version == version && !r.disabled(disabled))
+        .filter(|r| r.group == group && r.version == version && r.served(config))
         .collect();
     if list.is_empty() {
         return ApiError::unknown_path().into_response();
@@ -259,10 +276,24 @@ pub(crate) fn group_version(group: &str, version: &str, disabled: &[String]) -> 
 }
 
 /// One `APIGroupDiscovery` item of aggregated discovery.
-fn discovery_group(group: &str, disabled: &[String]) -> String {
+fn discovery_group(group: &str, config: &Config) -> String {
+    let versions: Vec<String> = served_versions(group, config)
+        .into_iter()
+        .map(|version| discovery_version(group, version, config))
+        .collect();
+    let metadata = if group.is_empty() {
+        "{}".to_owned()
+    } else {
+        obj(&[("name", s(group))])
+    };
+    obj(&[("metadata", metadata), ("versions", array(&versions))])
+}
+
+/// One `APIVersionDiscovery` of aggregated discovery: the served resources of `group/version`.
+fn discovery_version(group: &str, version: &str, config: &Config) -> String {
     let mut list: Vec<&ResourceInfo> = resources::all()
         .iter()
-        .filter(|r| r.group == group && !r.disabled(disabled))
+        .filter(|r| r.group == group && r.version == version && r.served(config))
         .collect();
     list.sort_by_key(|r| r.plural);
     let response_kind =
@@ -306,17 +337,11 @@ fn discovery_group(group: &str, disabled: &[String]) -> String {
             obj(&fields)
         })
         .collect();
-    let metadata = if group.is_empty() {
-        "{}".to_owned()
-    } else {
-        obj(&[("name", s(group))])
-    };
-    let version = obj(&[
-        ("version", s(resources::group_version_of(group))),
+    obj(&[
+        ("version", s(version)),
         ("resources", array(&resources)),
         ("freshness", s("Current")),
-    ]);
-    obj(&[("metadata", metadata), ("versions", array(&[version]))])
+    ])
 }
 
 fn group_version_path(r: &ResourceInfo) -> String {

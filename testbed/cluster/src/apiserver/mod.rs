@@ -68,6 +68,13 @@ pub struct Config {
     /// VolumeAttributesClass: absent from discovery (resource lists and aggregated discovery),
     /// and their paths answer 404 like any unknown path.
     pub disabled_resources: Vec<String>,
+    /// Resources kube-apiserver v1.36.2 no longer serves, switched on as
+    /// `--runtime-config=<group>/<version>/<resource>=true` would on an older server. The one
+    /// such resource is `storage.k8s.io/v1beta1/csistoragecapacities` (Kubernetes 1.21-1.26,
+    /// same fields as v1): with it here and `storage.k8s.io/v1/csistoragecapacities` in
+    /// [`Config::disabled_resources`], the server copies Kubernetes 1.21-1.23, where v1 of
+    /// that kind did not exist: its v1 paths answer 404 and discovery lists v1beta1 only.
+    pub enabled_resources: Vec<String>,
     /// Whether writes record `managedFields` as kube-apiserver always does (`managed`). Off
     /// by default: the entries make every object about twice as large to encode and decode,
     /// which slowed the controller-manager stand-in's binding of 200 claims in a debug test
@@ -84,6 +91,7 @@ impl Default for Config {
                 .map(str::to_owned)
                 .to_vec(),
             disabled_resources: Vec::new(),
+            enabled_resources: Vec::new(),
             managed_fields: false,
         }
     }

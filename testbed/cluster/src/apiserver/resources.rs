@@ -12,6 +12,8 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use super::Config;
+
 /// What a DELETE that removes the object at once answers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DeleteResponse {
@@ -76,6 +78,9 @@ pub(crate) struct ResourceInfo {
     pub(crate) validation_group: &'static str,
     /// A custom resource (snapshot.storage.k8s.io): no typed decoding, CRD-style discovery.
     pub(crate) custom: bool,
+    /// Not served unless [`Config::enabled_resources`] names it: a version kube-apiserver
+    /// v1.36.2 no longer has (storage.k8s.io/v1beta1 CSIStorageCapacity, removed in 1.27).
+    pub(crate) off_by_default: bool,
 }
 
 impl ResourceInfo {
@@ -88,18 +93,21 @@ impl ResourceInfo {
         }
     }
 
-    /// `plural` or `plural.group`, as used in Status messages.
-    /// Whether `disabled` (`<group>/<version>/<resource>` entries, `v1/<resource>` for the
-    /// core group, as `--runtime-config` names them) switches this resource off.
-    pub(crate) fn disabled(&self, disabled: &[String]) -> bool {
+    /// Whether `config` serves this resource: not switched off by
+    /// [`Config::disabled_resources`] and, if off by default, switched on by
+    /// [`Config::enabled_resources`] (`<group>/<version>/<resource>` entries, `v1/<resource>`
+    /// for the core group, as `--runtime-config` names them).
+    pub(crate) fn served(&self, config: &Config) -> bool {
         let name = if self.group.is_empty() {
             format!("{}/{}", self.version, self.plural)
         } else {
             format!("{}/{}/{}", self.group, self.version, self.plural)
         };
-        disabled.contains(&name)
+        !config.disabled_resources.contains(&name)
+            && (!self.off_by_default || config.enabled_resources.contains(&name))
     }
 
+    /// `plural` or `plural.group`, as used in Status messages.
     pub(crate) fn qualified(&self) -> String {
         if self.group.is_empty() {
             self.plural.to_owned()
@@ -212,6 +220,7 @@ const fn res(
         generation: false,
         validation_group: group,
         custom: false,
+        off_by_default: false,
     }
 }
 
@@ -415,28 +424,18 @@ fn build() -> Vec<ResourceInfo> {
             Object,
             r#"{"spec":{"drivers":null}}"#,
         ),
+        capacity_v1(),
+        // storage.k8s.io/v1beta1 CSIStorageCapacity as Kubernetes 1.21-1.26 served it (the
+        // same fields as v1, which came in 1.24; removed in 1.27): off unless
+        // `Config::enabled_resources` names it. Same storage bucket as v1, as both versions
+        // are one etcd key upstream; a cluster of 1.21-1.23 is this entry on and v1 off.
+        // Both on at once (1.24-1.26) is not modelled: an object keeps the apiVersion it was
+        // written at instead of being converted to the version read.
         ResourceInfo {
-            top_order: &[
-                "kind",
-                "apiVersion",
-                "metadata",
-                "nodeTopology",
-                "storageClassName",
-                "capacity",
-                "maximumVolumeSize",
-            ],
-            ..res(
-                "storage.k8s.io",
-                "csistoragecapacities",
-                "csistoragecapacity",
-                "CSIStorageCapacity",
-                true,
-                false,
-                &[],
-                Some("xeVl+2Ly1kE="),
-                Status,
-                r#"{"storageClassName":""}"#,
-            )
+            version: "v1beta1",
+            off_by_default: true,
+            storage_version_hash: None,
+            ..capacity_v1()
         },
         ResourceInfo {
             top_order: &[
@@ -545,6 +544,33 @@ fn build() -> Vec<ResourceInfo> {
             )
         },
     ]
+}
+
+/// storage.k8s.io/v1 CSIStorageCapacity; its v1beta1 row differs only in version.
+fn capacity_v1() -> ResourceInfo {
+    ResourceInfo {
+        top_order: &[
+            "kind",
+            "apiVersion",
+            "metadata",
+            "nodeTopology",
+            "storageClassName",
+            "capacity",
+            "maximumVolumeSize",
+        ],
+        ..res(
+            "storage.k8s.io",
+            "csistoragecapacities",
+            "csistoragecapacity",
+            "CSIStorageCapacity",
+            true,
+            false,
+            &[],
+            Some("xeVl+2Ly1kE="),
+            Status,
+            r#"{"storageClassName":""}"#,
+        )
+    }
 }
 
 const fn crd(

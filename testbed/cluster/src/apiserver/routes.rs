@@ -178,14 +178,12 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
         Route::OpenApiRoot => discovery::openapi_root(),
         Route::OpenApi(gv) => discovery::openapi_group_version(&gv),
         Route::Health => text_ok(),
-        Route::Api => discovery::api(&parts.headers, &shared.config.disabled_resources),
-        Route::Apis => discovery::apis(&parts.headers, &shared.config.disabled_resources),
-        Route::Group(g) => discovery::group(&g),
-        Route::GroupVersion(g, v) => {
-            discovery::group_version(&g, &v, &shared.config.disabled_resources)
-        }
+        Route::Api => discovery::api(&parts.headers, &shared.config),
+        Route::Apis => discovery::apis(&parts.headers, &shared.config),
+        Route::Group(g) => discovery::group(&g, &shared.config),
+        Route::GroupVersion(g, v) => discovery::group_version(&g, &v, &shared.config),
         Route::NotFound => ApiError::unknown_path().into_response(),
-        Route::Resource { info, .. } if info.disabled(&shared.config.disabled_resources) => {
+        Route::Resource { info, .. } if !info.served(&shared.config) => {
             ApiError::unknown_path().into_response()
         }
         Route::Resource {
