@@ -40,7 +40,7 @@ use crate::args::Config;
 use crate::controller::{ControllerDeps, Settings};
 use crate::csi::TonicDriver;
 use crate::metrics::ControllerMetrics;
-use crate::node::{NodeDeployment, TonicCapacity};
+use crate::node::NodeDeployment;
 
 pub use csi_common::sidecar::Environment;
 
@@ -122,7 +122,7 @@ pub async fn run(
                 &driver.name,
                 settings.clone(),
                 info,
-                Box::new(TonicCapacity::new(
+                Box::new(capacity::csi::TonicCapacity::new(
                     sidecar.connection.clone(),
                     config.timeout,
                 )),

@@ -27,7 +27,6 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use proto::csi::v1::controller_client::ControllerClient;
 use proto::csi::v1::node_client::NodeClient;
 use proto::csi::v1::{GetCapacityRequest, GetCapacityResponse, NodeGetInfoRequest};
 
@@ -74,34 +73,16 @@ pub(crate) trait CapacitySource: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<GetCapacityResponse, CsiError>>;
 }
 
-/// [`CapacitySource`] over the driver connection, bounded by `--timeout`.
-#[derive(Debug, Clone)]
-pub(crate) struct TonicCapacity {
-    connection: Connection,
-    timeout: Duration,
-}
-
-impl TonicCapacity {
-    /// Calls go through `connection` (metrics and `-v=5` logging included).
-    pub(crate) fn new(connection: Connection, timeout: Duration) -> Self {
-        Self {
-            connection,
-            timeout,
-        }
-    }
-}
-
-impl CapacitySource for TonicCapacity {
+/// The capacity controller's GetCapacity over the driver connection (bounded by `--timeout`)
+/// serves the pre-check too.
+impl CapacitySource for crate::capacity::csi::TonicCapacity {
     fn get_capacity(
         &self,
         request: GetCapacityRequest,
     ) -> BoxFuture<'_, Result<GetCapacityResponse, CsiError>> {
-        Box::pin(async move {
-            let mut request = tonic::Request::new(request);
-            request.set_timeout(self.timeout);
-            let mut client = ControllerClient::new(self.connection.channel());
-            Ok(client.get_capacity(request).await?.into_inner())
-        })
+        Box::pin(crate::capacity::csi::CapacityDriver::get_capacity(
+            self, request,
+        ))
     }
 }
 
