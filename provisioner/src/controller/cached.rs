@@ -82,6 +82,13 @@ pub(crate) struct Phase {
 }
 
 impl PersistentVolumeClaim {
+    /// Whether `spec.dataSource` or `spec.dataSourceRef` is set (a clone, restore or populator).
+    pub(crate) fn names_data_source(&self) -> bool {
+        self.spec
+            .as_ref()
+            .is_some_and(|spec| spec.data_source.is_some() || spec.data_source_ref.is_some())
+    }
+
     /// The real claim with the fields kept here; the status has only its phase.
     pub(crate) fn to_full(&self) -> real::PersistentVolumeClaim {
         real::PersistentVolumeClaim {

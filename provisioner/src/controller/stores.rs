@@ -60,12 +60,14 @@ impl Stores {
             .map(|claim| Arc::new(claim.to_full()))
     }
 
-    /// Every cached claim as a k8s-openapi object (the projections converted back; for the
-    /// rare whole-cache scans of the source-protection controllers).
-    pub(crate) fn full_claims(&self) -> Vec<PersistentVolumeClaim> {
+    /// Every cached claim that names a data source, as a k8s-openapi object (the projections
+    /// converted back): what the source-protection controllers scan. Only these can need a
+    /// source, so the rest of the cache is not copied.
+    pub(crate) fn claims_with_data_source(&self) -> Vec<PersistentVolumeClaim> {
         self.claims
             .state()
             .iter()
+            .filter(|claim| claim.names_data_source())
             .map(|claim| claim.to_full())
             .collect()
     }

@@ -351,7 +351,7 @@ pub(crate) async fn release_snapshot<D>(ctx: &Context<D>, claim_uid: &str, plan:
     else {
         return;
     };
-    let claims = ctx.stores.full_claims();
+    let claims = ctx.stores.claims_with_data_source();
     let options = &ctx.options;
     let claim_has_volume = |claim: &PersistentVolumeClaim| {
         let pv_name = claim.metadata.uid.as_deref().and_then(|uid| {
@@ -437,7 +437,7 @@ pub(crate) async fn sync_clone_source<D>(ctx: &Context<D>, key: &SourceKey) -> O
     if !protected || claim.metadata.deletion_timestamp.is_none() {
         return Outcome::Done;
     }
-    let claims = ctx.stores.full_claims();
+    let claims = ctx.stores.claims_with_data_source();
     let in_flight = ctx.in_progress.sources();
     if source::still_needed(
         SourceKind::Clone,
@@ -481,7 +481,7 @@ pub(crate) async fn sweep_snapshots<D>(ctx: Arc<Context<D>>, interval: Duration)
                 continue;
             }
         };
-        let claims = ctx.stores.full_claims();
+        let claims = ctx.stores.claims_with_data_source();
         let in_flight = ctx.in_progress.sources();
         for object in snapshots.into_iter().filter(has_finalizer) {
             let namespace = object.metadata.namespace.clone().unwrap_or_default();
