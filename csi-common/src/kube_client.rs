@@ -12,15 +12,16 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::HeaderValue;
 use http::header::{InvalidHeaderValue, USER_AGENT};
 use kube::client::ClientBuilder;
 use kube::config::{InClusterError, KubeConfigOptions, Kubeconfig, KubeconfigError};
-use tokio::time::{Instant, Sleep};
-use tower::{Layer, Service};
+use tokio::time::Instant;
+use tower::buffer::Buffer;
+use tower::{BoxError, Layer, Service};
 
 /// client-go's QPS when `--kube-api-qps` is 0 (`rest.DefaultQPS`).
 pub const DEFAULT_QPS: f32 = 5.0;
@@ -200,8 +201,8 @@ pub async fn rest_config(config: &KubeClientConfig) -> Result<kube::Config> {
 }
 
 /// Builds a client for `config`: kube's default stack (TLS, authentication, retries of
-/// 429/503/504) behind a fresh [`RateLimitLayer`], so every request, watches included, takes a
-/// token first, as client-go's rate limiter does.
+/// 429/503/504) behind a fresh [`RateLimitLayer`], so every request but a watch takes a token
+/// first, as client-go's rate limiter does.
 ///
 /// Each call has its own token bucket; call it again for the leader-election client.
 pub async fn client(config: &KubeClientConfig) -> Result<kube::Client> {
@@ -285,34 +286,46 @@ impl RateLimitLayer {
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
+impl<S> Layer<S> for RateLimitLayer
+where
+    S: Service<http::Request<kube::client::Body>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError> + Send + Sync,
+{
+    type Service = RateLimit<Buffer<http::Request<kube::client::Body>, S::Future>>;
 
+    /// Must run inside a tokio runtime: the buffer that lets a throttled request wait without
+    /// holding the stack below (see [`RateLimit`]) runs as a task.
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit {
-            inner,
+            inner: Buffer::new(inner, BUFFER_CAPACITY),
             bucket: self.bucket.clone(),
-            state: State::Idle,
         }
     }
 }
 
-/// The service built by [`RateLimitLayer`]: `poll_ready` takes a token (waiting for it if
-/// needed) before asking the inner service, so a caller that polls readiness first, as kube's
-/// client buffer does, never sends more than the bucket allows.
+/// Requests queued in front of kube's stack by [`RateLimitLayer`], as many as kube's own client
+/// buffer holds.
+const BUFFER_CAPACITY: usize = 1024;
+
+/// The service built by [`RateLimitLayer`]: every request except a watch takes a token from the
+/// bucket and waits for it before it is sent.
+///
+/// Watches are let through at once because client-go does so (`rest.Request.Watch` skips the
+/// rate limiter: a watch is one long-lived request, and throttling it only delays the stream an
+/// informer waits on). Taking tokens for them cost up to a fixed second at start-up: six informers
+/// opening LIST + WATCH at the default `--kube-api-qps=5 --kube-api-burst=10` overflow the burst
+/// by a handful of requests, each worth 200 ms (issue 13's constant start-to-ready).
+///
+/// The token is taken in `call`, where the request is known, not in `poll_ready`: kube's client
+/// drives this service from one `Buffer` worker, and a `poll_ready` that waited for a token would
+/// also hold back the watches queued behind a throttled request. A throttled request's future
+/// waits for its reserved instant and then calls the service instance `poll_ready` prepared
+/// (tower's clone-and-swap pattern; the layer puts a `Buffer` below so the instance can be
+/// cloned), so reservations, and therefore sends, stay in call order.
 pub struct RateLimit<S> {
     inner: S,
     bucket: Option<Arc<Mutex<Bucket>>>,
-    state: State,
-}
-
-enum State {
-    /// No token taken yet.
-    Idle,
-    /// A token is reserved for the instant this sleep ends.
-    Waiting(Pin<Box<Sleep>>),
-    /// A token is held for the next call.
-    Ready,
 }
 
 impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
@@ -326,57 +339,64 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
 
 impl<S: Clone> Clone for RateLimit<S> {
     fn clone(&self) -> Self {
-        // A clone shares the bucket but not the token this instance may hold.
         Self {
             inner: self.inner.clone(),
             bucket: self.bucket.clone(),
-            state: State::Idle,
         }
     }
 }
 
-impl<S, Request> Service<Request> for RateLimit<S>
+/// Whether a request is a watch, which client-go never throttles: its query has `watch=true`
+/// (what client-go and kube send; kube-apiserver also accepts `1`).
+fn is_watch(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| matches!(pair, "watch=true" | "watch=1"))
+    })
+}
+
+impl<S, B> Service<http::Request<B>> for RateLimit<S>
 where
-    S: Service<Request>,
+    S: Service<http::Request<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = futures::future::Either<
+        S::Future,
+        Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>,
+    >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        if let Some(bucket) = &self.bucket {
-            loop {
-                match &mut self.state {
-                    State::Idle => {
-                        let now = Instant::now();
-                        let at = bucket
-                            .lock()
-                            // The bucket is three numbers updated together; a panic elsewhere
-                            // cannot leave it half-written.
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .reserve(now);
-                        self.state = if at <= now {
-                            State::Ready
-                        } else {
-                            State::Waiting(Box::pin(tokio::time::sleep_until(at)))
-                        };
-                    }
-                    State::Waiting(sleep) => {
-                        ready!(sleep.as_mut().poll(cx));
-                        self.state = State::Ready;
-                    }
-                    State::Ready => break,
-                }
-            }
-        }
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request) -> Self::Future {
-        // The token taken in poll_ready is spent by this call. (Calling without poll_ready
-        // breaks the tower contract; such a call is not throttled.)
-        self.state = State::Idle;
-        self.inner.call(request)
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        use futures::future::Either;
+
+        let Some(bucket) = self.bucket.as_ref().filter(|_| !is_watch(request.uri())) else {
+            return Either::Left(self.inner.call(request));
+        };
+        let now = Instant::now();
+        let at = bucket
+            .lock()
+            // The bucket is three numbers updated together; a panic elsewhere cannot leave it
+            // half-written.
+            .unwrap_or_else(PoisonError::into_inner)
+            .reserve(now);
+        if at <= now {
+            return Either::Left(self.inner.call(request));
+        }
+        // The instance poll_ready made ready goes into the future; this one keeps a fresh clone
+        // for the next poll_ready.
+        let clone = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, clone);
+        Either::Right(Box::pin(async move {
+            tokio::time::sleep_until(at).await;
+            ready.call(request).await
+        }))
     }
 }
 

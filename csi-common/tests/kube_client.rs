@@ -17,8 +17,8 @@ use futures::future::join_all;
 use kube::client::ClientBuilder;
 use tokio::time::{Instant, sleep};
 
-/// When a request arrived and the User-Agent values it carried.
-type Arrival = (Instant, Vec<String>);
+/// When a request arrived, the User-Agent values it carried and its path and query.
+type Arrival = (Instant, Vec<String>, String);
 
 /// Records every request the server sees.
 #[derive(Clone, Default)]
@@ -37,7 +37,18 @@ impl Recorder {
             .lock()
             .unwrap()
             .iter()
-            .map(|(at, _)| (*at - start).as_millis())
+            .map(|(at, _, _)| (*at - start).as_millis())
+            .collect()
+    }
+
+    /// Arrival offsets from `start` in milliseconds, with each request's path and query, in
+    /// arrival order.
+    fn arrivals_ms(&self, start: Instant) -> Vec<(u128, String)> {
+        self.arrivals
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(at, _, uri)| ((*at - start).as_millis(), uri.clone()))
             .collect()
     }
 
@@ -46,7 +57,7 @@ impl Recorder {
             .lock()
             .unwrap()
             .iter()
-            .map(|(_, ua)| ua.clone())
+            .map(|(_, ua, _)| ua.clone())
             .collect()
     }
 
@@ -56,6 +67,7 @@ impl Recorder {
 }
 
 async fn record(State(recorder): State<Recorder>, request: Request) -> &'static str {
+    let uri = request.uri().to_string();
     let agents = request
         .headers()
         .get_all(USER_AGENT)
@@ -66,7 +78,7 @@ async fn record(State(recorder): State<Recorder>, request: Request) -> &'static 
         .arrivals
         .lock()
         .unwrap()
-        .push((Instant::now(), agents));
+        .push((Instant::now(), agents, uri));
     "ok"
 }
 
@@ -153,6 +165,63 @@ async fn clients_built_from_one_layer_share_its_bucket_and_separate_layers_do_no
     get(&first).await;
     get(&second).await;
     assert_eq!(recorder.offsets_ms(start), [0, 0]);
+}
+
+async fn send(client: &kube::Client, uri: &str) {
+    let request = http::Request::get(uri).body(Vec::new()).unwrap();
+    assert_eq!(client.request_text(request).await.unwrap(), "ok");
+}
+
+/// client-go's `Request.Watch` skips the rate limiter ("We specifically don't want to rate limit
+/// watches"): a watch goes out at once even when the bucket is empty, takes no token from the
+/// requests after it, and is not held back by a throttled request queued before it.
+#[tokio::test(start_paused = true)]
+async fn watches_pass_at_once_and_take_no_token_as_in_client_go() {
+    let recorder = Recorder::default();
+    let client = limited_client(&recorder, &RateLimitLayer::new(2.0, 2).unwrap());
+    let start = Instant::now();
+    // Requests are sent in this order (join_all polls them in order); the third GET finds the
+    // bucket empty and waits 500 ms, the watches after it do not wait for it.
+    join_all([
+        send(&client, "/api/v1/nodes"),
+        send(&client, "/api/v1/nodes"),
+        send(&client, "/api/v1/persistentvolumes"),
+        send(
+            &client,
+            "/api/v1/persistentvolumes?watch=true&sendInitialEvents=true",
+        ),
+        send(
+            &client,
+            "/api/v1/persistentvolumeclaims?resourceVersion=5&watch=1",
+        ),
+        send(&client, "/api/v1/pods"),
+    ])
+    .await;
+    let mut arrivals = recorder.arrivals_ms(start);
+    arrivals.sort();
+    assert_eq!(
+        arrivals,
+        [
+            (0, "/api/v1/nodes".to_owned()),
+            (0, "/api/v1/nodes".to_owned()),
+            (
+                0,
+                "/api/v1/persistentvolumeclaims?resourceVersion=5&watch=1".to_owned()
+            ),
+            (
+                0,
+                "/api/v1/persistentvolumes?watch=true&sendInitialEvents=true".to_owned()
+            ),
+            (500, "/api/v1/persistentvolumes".to_owned()),
+            (1000, "/api/v1/pods".to_owned()),
+        ]
+    );
+
+    // A query that only mentions watch in another parameter is throttled like any request.
+    recorder.clear();
+    let start = Instant::now();
+    send(&client, "/api/v1/pods?labelSelector=watch%3Dtrue").await;
+    assert_eq!(recorder.offsets_ms(start), [500]);
 }
 
 #[test]
