@@ -10,6 +10,7 @@
 
 mod decide;
 mod params;
+mod source;
 mod templates;
 mod topology;
 
