@@ -1,8 +1,8 @@
 //! Property tests (issue 14, hostile input) of the pure functions csi-provisioner feeds user
 //! objects to: secret-reference templates, StorageClass parameters, topology requirements and
-//! PV node affinity, and the claim and volume decisions. Each property states an invariant from
-//! the CSI spec or upstream's behaviour (spec provisioner.md §3, §4.1, §4.4, §5) and must hold
-//! for arbitrary input, hostile strings included; no input may panic.
+//! PV node affinity, the claim and volume decisions, and clone sources. Each property states an
+//! invariant from the CSI spec or upstream's behaviour (spec provisioner.md §3, §4.1, §4.3,
+//! §4.4, §5) and must hold for arbitrary input, hostile strings included; no input may panic.
 //!
 //! Seeded ([`config`]), so a run is deterministic and CI sees the same cases every time.
 //! Executions per run: the `cases` of each `proptest!` block times its properties; the totals
