@@ -1,7 +1,7 @@
-//! Clone sources (spec §4.3 step 3 and §6.4, upstream `getPVCSource`): whatever the source claim, its PV and
-//! the new claim hold, a clone is only ever made from a live, Bound claim whose PV is this
-//! driver's, is bound back to that very claim and is Bound, into a claim at least as large and
-//! of the same volume mode; the volume id sent is that PV's handle.
+//! Clone sources (spec §4.3 step 3 and §6.4, upstream `getPVCSource`): whatever the source
+//! claim, its PV and the new claim hold, a clone is only ever made from a live, Bound claim
+//! whose PV is this driver's, is bound back to that very claim and is Bound, into a claim at
+//! least as large and of the same volume mode; the volume id sent is that PV's handle.
 
 use std::collections::BTreeMap;
 
