@@ -95,9 +95,9 @@ fn csinode(name: &str, driver: &str, keys: Option<Vec<String>>) -> CSINode {
     }
 }
 
-/// Nodes `n0`..`n4`, at least two (some without a Node object) with their CSINodes; the driver's topology
-/// keys are one subset of [`KEYS`] for the cluster, as a driver reports the same keys
-/// everywhere.
+/// Two to five nodes `n0`..`n4` (some without a Node object) with their CSINodes; the
+/// driver's topology keys are one subset of [`KEYS`] for the cluster, as a driver reports the
+/// same keys everywhere.
 fn cluster() -> impl Strategy<Value = (Vec<Node>, Vec<CSINode>)> {
     (
         proptest::sample::subsequence(KEYS.to_vec(), 1..=2),
