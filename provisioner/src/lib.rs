@@ -22,6 +22,8 @@ mod naming;
 mod node;
 mod params;
 mod plan_error;
+#[cfg(test)]
+mod properties;
 mod pv;
 mod request;
 mod secrets;

@@ -65,9 +65,10 @@ async fn chaos(sidecar: &str, faults: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_provisioner_converges_without_leaks_under_driver_errors_and_deleted_claims() {
-    let table = chaos("provisioner", "driver-errors,mid-op").await;
+async fn the_provisioner_converges_without_leaks_under_driver_errors_garbage_and_deleted_claims() {
+    let table = chaos("provisioner", "driver-errors,mid-op,driver-garbage").await;
     assert!(table.contains("driver calls failed"), "{table}");
+    assert!(table.contains("CreateVolume answers ("), "{table}");
 }
 
 /// `leader-stop` rather than `leader-kill`: the latter's takeover bound is a timing, which a

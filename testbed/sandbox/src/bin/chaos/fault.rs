@@ -33,10 +33,12 @@ pub(crate) enum Fault {
     MidOp,
     /// The StorageClass deleted mid-provisioning (provisioner only).
     ClassDeleted,
+    /// 20% of the burst method's answers are OK with nonsense in them (`garbage.rs`).
+    DriverGarbage,
 }
 
 /// Every fault, in the table's order.
-pub(crate) const ALL: [Fault; 10] = [
+pub(crate) const ALL: [Fault; 11] = [
     Fault::LeaderKill,
     Fault::LeaderStop,
     Fault::DriverErrors,
@@ -47,6 +49,7 @@ pub(crate) const ALL: [Fault; 10] = [
     Fault::Conflicts,
     Fault::MidOp,
     Fault::ClassDeleted,
+    Fault::DriverGarbage,
 ];
 
 /// The driver's controller calls the faults act on.
@@ -71,6 +74,7 @@ impl Fault {
             Fault::Conflicts => "conflicts",
             Fault::MidOp => "mid-op",
             Fault::ClassDeleted => "class-deleted",
+            Fault::DriverGarbage => "driver-garbage",
         }
     }
 
@@ -105,6 +109,7 @@ impl Fault {
                     ),
                 })
                 .collect(),
+            Fault::DriverGarbage => crate::garbage::driver_faults(method, seed),
             Fault::DriverHang => {
                 vec![DriverFault::delay(method, CSI_TIMEOUT * 2).on(When::FirstN(10))]
             }
@@ -163,6 +168,15 @@ impl Fault {
                 "volume leaks when the PVC is deleted between CreateVolume and PV creation (#486, #1469 open)"
             }
             (Fault::MidOp, Attacher) => "a VA whose PV is gone can never be detached (#235)",
+            (Fault::DriverGarbage, Provisioner) => {
+                "capacity below the request: DeleteVolume and retry; 0: the requested size; one NodeSelectorTerm per returned topology, keys unchecked (§4.4)"
+            }
+            (Fault::DriverGarbage, Attacher) => {
+                "publish_context copied into status.attachmentMetadata unchecked (sidecars §1 flow 7)"
+            }
+            (Fault::DriverGarbage, Resizer) => {
+                "the returned capacity_bytes written to the PV as the new size (sidecars §2, PV spec.capacity)"
+            }
             (Fault::ClassDeleted, _) => {
                 "deletion secrets unavailable once the class is deleted (#330, fixed by PV annotations, PR #713)"
             }

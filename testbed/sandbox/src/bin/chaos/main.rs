@@ -8,6 +8,7 @@
 //! Exit code 0 when every row passed, 1 when one failed, 2 when the suite could not be set up.
 
 mod fault;
+mod garbage;
 mod report;
 mod rig;
 mod scenario;

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::Sidecar;
 use crate::fault::Fault;
+use crate::garbage;
 use crate::rig::{LEASE_DURATION, NAMESPACE, Rig};
 use crate::workload::{Tally, Workload};
 
@@ -122,7 +123,12 @@ async fn drive(
     let mut notes = Vec::new();
     let mut problems = Vec::new();
     let quarter = wait_for(rig, &mut work, deadline, |t| t.done * 4 >= t.total).await?;
-    if quarter.complete() && fault != Fault::Conflicts && fault != Fault::DriverErrors {
+    if quarter.complete()
+        && !matches!(
+            fault,
+            Fault::Conflicts | Fault::DriverErrors | Fault::DriverGarbage
+        )
+    {
         notes.push("the burst was over before the fault struck".to_owned());
     }
     strike(rig, &mut work, fault, &mut notes, &mut problems).await?;
@@ -132,6 +138,9 @@ async fn drive(
         writer.abort();
     }
     rig.driver.clear_faults();
+    if fault == Fault::DriverGarbage {
+        garbage::outcome(rig, work.method(), setup.seed, &mut notes, &mut problems);
+    }
     let verdict = work.verdict(rig).await?;
     problems.extend(verdict.problems);
     if !tally.complete() {
@@ -242,7 +251,7 @@ async fn strike(
             Workload::Provisioner(w) => notes.push(w.delete_class(rig).await?),
             _ => bail!("class-deleted applies to the provisioner only"),
         },
-        Fault::DriverErrors | Fault::DriverHang | Fault::Conflicts => {}
+        Fault::DriverErrors | Fault::DriverHang | Fault::DriverGarbage | Fault::Conflicts => {}
     }
     Ok(())
 }
