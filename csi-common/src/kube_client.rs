@@ -17,10 +17,18 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use http::header::{InvalidHeaderValue, USER_AGENT};
-use kube::client::ClientBuilder;
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::retry::RetryPolicy;
+use kube::client::{ClientBuilder, ConfigExt as _, DynBody};
 use kube::config::{InClusterError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 use tokio::time::Instant;
+use tower::ServiceBuilder;
 use tower::buffer::Buffer;
+use tower::retry::RetryLayer;
+use tower::util::BoxService;
 use tower::{BoxError, Layer, Service};
 
 /// client-go's QPS when `--kube-api-qps` is 0 (`rest.DefaultQPS`).
@@ -208,9 +216,80 @@ pub async fn rest_config(config: &KubeClientConfig) -> Result<kube::Config> {
 pub async fn client(config: &KubeClientConfig) -> Result<kube::Client> {
     let rate_limit = RateLimitLayer::new(config.qps, config.burst)?;
     let kube_config = rest_config(config).await?;
-    let builder = ClientBuilder::try_from(kube_config).map_err(Error::Build)?;
+    let builder = client_builder(kube_config)?;
     Ok(builder.with_layer(&rate_limit).build())
 }
+
+/// How long an idle connection to the API server stays in the pool: client-go's
+/// `IdleConnTimeout` (`utilnet.SetTransportDefaults`).
+pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Idle connections kept per API server: client-go's `MaxIdleConnsPerHost`.
+const MAX_IDLE_CONNECTIONS_PER_HOST: usize = 25;
+
+/// kube's default stack (TLS, timeouts, retries of 429/503/504, authentication, extra headers)
+/// over a connection pool that closes idle connections after [`IDLE_CONNECTION_TIMEOUT`].
+///
+/// kube builds hyper's pool without a timer, and hyper only expires idle connections when it has
+/// one: a sidecar kept every connection its busiest moment ever opened (the HTTP/1.1 client opens
+/// one per concurrent request), found by the churn run of `chaos`. A proxy setting keeps kube's
+/// own stack, which knows the proxy protocols.
+///
+/// # Errors
+/// [`Error::Build`] when the TLS or authentication settings cannot be used.
+pub fn client_builder(config: kube::Config) -> Result<ClientBuilder<GenericService>> {
+    client_builder_with_idle_timeout(config, IDLE_CONNECTION_TIMEOUT)
+}
+
+/// [`client_builder`] with another idle timeout (tests use a short one).
+#[doc(hidden)]
+pub fn client_builder_with_idle_timeout(
+    config: kube::Config,
+    idle_timeout: Duration,
+) -> Result<ClientBuilder<GenericService>> {
+    if config.proxy_url.is_some() {
+        return ClientBuilder::try_from(config).map_err(Error::Build);
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    let https = config
+        .rustls_https_connector_with_connector(http)
+        .map_err(Error::Build)?;
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let pool = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(idle_timeout)
+        .pool_max_idle_per_host(MAX_IDLE_CONNECTIONS_PER_HOST)
+        .build::<_, kube::client::Body>(connector);
+    let auth = config.auth_layer().map_err(Error::Build)?;
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+        )
+        .option_layer(auth)
+        .layer(config.extra_headers_layer().map_err(Error::Build)?)
+        .map_response(|response: http::Response<Incoming>| {
+            response.map(|body| Box::new(body.map_err(BoxError::from)) as Box<DynBody>)
+        })
+        .map_err(BoxError::from)
+        .service(pool);
+    Ok(ClientBuilder::new(
+        BoxService::new(service),
+        config.default_namespace,
+    ))
+}
+
+/// The service type kube's own builder produces (`kube::client::builder::GenericService`, not
+/// re-exported), so both builders give one type.
+pub type GenericService =
+    BoxService<http::Request<kube::client::Body>, http::Response<Box<DynBody>>, BoxError>;
 
 /// A token bucket in the reservation style of Go's `golang.org/x/time/rate` (which client-go's
 /// `flowcontrol.NewTokenBucketRateLimiter` wraps): it starts full, refills at `qps` tokens per

@@ -390,3 +390,63 @@ async fn each_client_call_gets_its_own_token_bucket() {
         "second client waited {unthrottled:?}"
     );
 }
+
+/// A keep-alive HTTP/1.1 server on a real port that answers every request "ok" and reports each
+/// connection the client closes, as kube-apiserver sees an idle client connection go.
+async fn closing_observer() -> (String, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (closed_tx, closed_rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let closed_tx = closed_tx.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0_u8; 1024];
+                loop {
+                    let n = stream.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        let _ = closed_tx.send(());
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    if request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        request.clear();
+                        stream
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                            .await
+                            .unwrap();
+                    }
+                }
+            });
+        }
+    });
+    (url, closed_rx)
+}
+
+/// client-go's transport closes a connection idle for 90 s (`IdleConnTimeout`); kube's own pool
+/// has no timer and keeps it forever. Ours closes it once idle for the timeout (shortened here).
+#[tokio::test]
+async fn an_idle_connection_to_the_api_server_is_closed_after_the_idle_timeout() {
+    let (url, mut closed) = closing_observer().await;
+    let config = kube::Config::new(url.parse().unwrap());
+    let client = kube_client::client_builder_with_idle_timeout(config, Duration::from_millis(200))
+        .unwrap()
+        .build();
+    let request = http::Request::get("/healthz").body(Vec::new()).unwrap();
+    assert_eq!(client.request_text(request).await.unwrap(), "ok");
+    tokio::time::timeout(Duration::from_secs(30), closed.recv())
+        .await
+        .expect("the idle connection is still open 30 s later")
+        .unwrap();
+    // The client still works after the pool let its connection go.
+    let request = http::Request::get("/healthz").body(Vec::new()).unwrap();
+    assert_eq!(client.request_text(request).await.unwrap(), "ok");
+    assert_eq!(
+        kube_client::IDLE_CONNECTION_TIMEOUT,
+        Duration::from_secs(90)
+    );
+}

@@ -616,8 +616,7 @@ async fn kube_client(config: &SidecarConfig, environment: &Environment) -> Resul
     kube_config.cluster_url = url;
     let layer =
         RateLimitLayer::new(client_config.qps, client_config.burst).map_err(Error::KubeClient)?;
-    let builder = kube::client::ClientBuilder::try_from(kube_config)
-        .map_err(|e| Error::KubeClient(kube_client::Error::Build(e)))?;
+    let builder = kube_client::client_builder(kube_config).map_err(Error::KubeClient)?;
     Ok(builder.with_layer(&layer).build())
 }
 
