@@ -1049,7 +1049,10 @@ async fn metric_families_are_upstreams_but_for_the_declared_ones() {
         // absent `go_goroutines`.
         .filter(|f| *f != "tokio_alive_tasks gauge")
         .collect();
-    assert!(first.contains("# TYPE tokio_alive_tasks gauge\n"), "{first}");
+    assert!(
+        first.contains("# TYPE tokio_alive_tasks gauge\n"),
+        "{first}"
+    );
     let expected: Vec<&str> = UPSTREAM_FAMILIES
         .iter()
         .copied()
