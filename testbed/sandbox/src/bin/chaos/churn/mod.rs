@@ -18,6 +18,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use testbed_cluster::apiserver::ApiServer;
 use tokio::time::Instant;
 
 use crate::Sidecar;
@@ -62,20 +63,38 @@ impl ChurnArgs {
     }
 }
 
-/// The process under watch: its pid, `/metrics` and the API server's port.
-#[derive(Debug, Clone, Copy)]
+/// The process under watch: its pid, `/metrics`, its `User-Agent` product, and the API
+/// server.
+#[derive(Debug, Clone)]
 struct Watched {
     pid: u32,
     http: SocketAddr,
+    client: &'static str,
+    server: ApiServer,
     api_port: u16,
     started: Instant,
 }
 
 impl Watched {
-    async fn sample(self) -> anyhow::Result<Sample> {
-        sample::take(self.pid, self.http, self.api_port, self.started.elapsed())
-            .await
-            .with_context(|| format!("cannot sample the sidecar (pid {})", self.pid))
+    async fn sample(&self) -> anyhow::Result<Sample> {
+        // Its main and leader-election clients both name the binary first.
+        let watches: usize = self
+            .server
+            .requests()
+            .open_watches()
+            .iter()
+            .filter(|(client, _)| client.starts_with(self.client))
+            .map(|(_, open)| open)
+            .sum();
+        sample::take(
+            self.pid,
+            self.http,
+            self.api_port,
+            watches as u64,
+            self.started.elapsed(),
+        )
+        .await
+        .with_context(|| format!("cannot sample the sidecar (pid {})", self.pid))
     }
 }
 
@@ -116,6 +135,8 @@ async fn churn(rig: &mut Rig, args: &ChurnArgs, sidecar: Sidecar) -> anyhow::Res
     let watched = Watched {
         pid: replica.process.pid().context("the replica has no pid")?,
         http: replica.http,
+        client: sidecar.binary(),
+        server: rig.server.clone(),
         api_port: rig.api_addr().context("the API server is down")?.port(),
         started: Instant::now(),
     };
@@ -124,7 +145,7 @@ async fn churn(rig: &mut Rig, args: &ChurnArgs, sidecar: Sidecar) -> anyhow::Res
     let rig = &*rig;
     let (churned, samples) = tokio::join!(
         lifecycles.run(rig, until),
-        sample_until(watched, until, every)
+        sample_until(&watched, until, every)
     );
     let mut samples = samples?;
     let churned_for = watched.started.elapsed();
@@ -167,7 +188,7 @@ async fn churn(rig: &mut Rig, args: &ChurnArgs, sidecar: Sidecar) -> anyhow::Res
 
 /// Samples every `every` until `until`.
 async fn sample_until(
-    watched: Watched,
+    watched: &Watched,
     until: Instant,
     every: Duration,
 ) -> anyhow::Result<Vec<Sample>> {

@@ -26,6 +26,9 @@ pub(crate) struct Sample {
     /// Of those, TCP connections established to the API server's port (the sidecar's
     /// connections as the API server counts them per client).
     pub(crate) api_connections: u64,
+    /// Watches the API server is serving to the sidecar (its `User-Agent` product), as the
+    /// in-memory API server counts them.
+    pub(crate) api_watches: u64,
     /// `Threads` of `/proc/<pid>/status`.
     pub(crate) threads: u64,
     /// `tokio_alive_tasks` from `/metrics`.
@@ -80,6 +83,7 @@ pub(crate) async fn take(
     pid: u32,
     http: SocketAddr,
     api_port: u16,
+    api_watches: u64,
     at: Duration,
 ) -> anyhow::Result<Sample> {
     let proc_dir = format!("/proc/{pid}");
@@ -122,6 +126,7 @@ pub(crate) async fn take(
         fds,
         sockets: inodes.len() as u64,
         api_connections,
+        api_watches,
         threads,
         tasks: gauge(csi_common::metrics::ALIVE_TASKS_METRIC)?,
         queued: gauge("workqueue_depth")?,
@@ -130,16 +135,18 @@ pub(crate) async fn take(
 
 /// The samples as CSV, one line each, for a look at the trend (kept in the work dir).
 pub(crate) fn csv(samples: &[Sample]) -> String {
-    let mut text = "secs,rss_kib,fds,sockets,api_connections,threads,tasks,queued\n".to_owned();
+    let mut text =
+        "secs,rss_kib,fds,sockets,api_connections,api_watches,threads,tasks,queued\n".to_owned();
     for s in samples {
         let _ = writeln!(
             text,
-            "{:.1},{},{},{},{},{},{},{}",
+            "{:.1},{},{},{},{},{},{},{},{}",
             s.at.as_secs_f64(),
             s.rss_kib,
             s.fds,
             s.sockets,
             s.api_connections,
+            s.api_watches,
             s.threads,
             s.tasks,
             s.queued

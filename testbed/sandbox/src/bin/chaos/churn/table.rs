@@ -74,9 +74,9 @@ impl Report {
         let _ = writeln!(s, "- logs: {}\n", self.work_dir.display());
         let _ = writeln!(
             s,
-            "| sidecar | churn | lifecycles (per hour at this rate) | RSS MiB first minute / peak / end | fds | sockets | API connections | threads | tasks | settled in | result |"
+            "| sidecar | churn | lifecycles (per hour at this rate) | RSS MiB first minute / peak / end | fds | sockets | API connections | API watches | threads | tasks | settled in | result |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
         for row in &self.rows {
             let _ = writeln!(s, "{}", render_row(row));
         }
@@ -115,7 +115,7 @@ pub(crate) fn render_row(row: &Row) -> String {
         0.0
     };
     format!(
-        "| {} | {minutes:.1} min | {} ({per_hour:.0}/h) | {} / {} / {} | {} | {} | {} | {} | {} | {:.0} s | {result} |",
+        "| {} | {minutes:.1} min | {} ({per_hour:.0}/h) | {} / {} / {} | {} | {} | {} | {} | {} | {} | {:.0} s | {result} |",
         row.sidecar.binary(),
         row.lifecycles,
         mib(&row.level),
@@ -124,6 +124,7 @@ pub(crate) fn render_row(row: &Row) -> String {
         counts(|s| s.fds),
         counts(|s| s.sockets),
         counts(|s| s.api_connections),
+        counts(|s| s.api_watches),
         counts(|s| s.threads),
         counts(|s| s.tasks),
         row.settled_in.as_secs_f64(),

@@ -18,6 +18,7 @@ pub(crate) fn peak(samples: &[Sample]) -> Sample {
         fds: p.fds.max(s.fds),
         sockets: p.sockets.max(s.sockets),
         api_connections: p.api_connections.max(s.api_connections),
+        api_watches: p.api_watches.max(s.api_watches),
         threads: p.threads.max(s.threads),
         tasks: p.tasks.max(s.tasks),
         queued: p.queued.max(s.queued),
@@ -27,7 +28,7 @@ pub(crate) fn peak(samples: &[Sample]) -> Sample {
 /// Why `end` is not back to `level`; empty when it is. Memory may exceed the level by
 /// `rss_tolerance_percent` (the allocator keeps freed pages, and a first minute's cache is
 /// not yet at its steady size); descriptors, sockets, API connections, threads and tasks
-/// must be at or below it, and the work queues empty.
+/// (the sidecar's and, counted by the API server, its open watches) must be at or below it, and the work queues empty.
 pub(crate) fn judge(level: &Sample, end: &Sample, rss_tolerance_percent: u64) -> Vec<String> {
     let mut problems = Vec::new();
     let rss_limit = level.rss_kib + level.rss_kib * rss_tolerance_percent / 100;
@@ -71,6 +72,7 @@ mod tests {
             fds,
             sockets: 4,
             api_connections: 2,
+            api_watches: 6,
             threads: 5,
             tasks,
             queued: 0,
@@ -129,6 +131,7 @@ mod tests {
         let more_sockets = Sample {
             sockets: 5,
             api_connections: 3,
+            api_watches: 7,
             threads: 6,
             ..level
         };
@@ -137,6 +140,7 @@ mod tests {
             [
                 "sockets 5 > first-minute 4",
                 "API connections 3 > first-minute 2",
+                "API watches 7 > first-minute 6",
                 "threads 6 > first-minute 5"
             ]
         );
