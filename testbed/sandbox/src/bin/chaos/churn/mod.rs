@@ -180,6 +180,7 @@ async fn churn(rig: &mut Rig, args: &ChurnArgs, sidecar: Sidecar) -> anyhow::Res
         churned_for,
         level,
         peak: verdict::peak(&samples),
+        late_growth_kib: verdict::second_half_growth(&samples, churned_for),
         end,
         settled_in: stopped.elapsed(),
         problems,

@@ -21,6 +21,8 @@ pub(crate) struct Row {
     pub(crate) level: Sample,
     pub(crate) peak: Sample,
     pub(crate) end: Sample,
+    /// RSS growth over the second half of the churn, in KiB.
+    pub(crate) late_growth_kib: Option<i64>,
     /// From the end of the churn to the last sample.
     pub(crate) settled_in: Duration,
     /// Why the row failed; empty when it passed.
@@ -74,9 +76,9 @@ impl Report {
         let _ = writeln!(s, "- logs: {}\n", self.work_dir.display());
         let _ = writeln!(
             s,
-            "| sidecar | churn | lifecycles (per hour at this rate) | RSS MiB first minute / peak / end | fds | sockets | API connections | API watches | threads | tasks | settled in | result |"
+            "| sidecar | churn | lifecycles (per hour at this rate) | RSS MiB first minute / peak / end | fds | sockets | API connections | API watches | threads | tasks | RSS growth, 2nd half of the churn | settled in | result |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for row in &self.rows {
             let _ = writeln!(s, "{}", render_row(row));
         }
@@ -115,7 +117,7 @@ pub(crate) fn render_row(row: &Row) -> String {
         0.0
     };
     format!(
-        "| {} | {minutes:.1} min | {} ({per_hour:.0}/h) | {} / {} / {} | {} | {} | {} | {} | {} | {} | {:.0} s | {result} |",
+        "| {} | {minutes:.1} min | {} ({per_hour:.0}/h) | {} / {} / {} | {} | {} | {} | {} | {} | {} | {} | {:.0} s | {result} |",
         row.sidecar.binary(),
         row.lifecycles,
         mib(&row.level),
@@ -127,6 +129,8 @@ pub(crate) fn render_row(row: &Row) -> String {
         counts(|s| s.api_watches),
         counts(|s| s.threads),
         counts(|s| s.tasks),
+        row.late_growth_kib
+            .map_or_else(|| "n/a".to_owned(), |k| format!("{k:+} KiB")),
         row.settled_in.as_secs_f64(),
     )
 }

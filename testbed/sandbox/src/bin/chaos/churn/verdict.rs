@@ -25,10 +25,25 @@ pub(crate) fn peak(samples: &[Sample]) -> Sample {
     })
 }
 
+/// How much the RSS grew over the second half of the churn (KiB, `None` without samples
+/// there): a leak keeps growing at the churn's rate, caches that reached their bound (the
+/// event correlator's 4096 keys, as client-go's) do not.
+pub(crate) fn second_half_growth(
+    samples: &[Sample],
+    churned_for: std::time::Duration,
+) -> Option<i64> {
+    let half = churned_for / 2;
+    let during: Vec<&Sample> = samples.iter().filter(|s| s.at <= churned_for).collect();
+    let first = during.iter().find(|s| s.at >= half)?;
+    let last = during.last()?;
+    let kib = |s: &Sample| i64::try_from(s.rss_kib).unwrap_or(i64::MAX);
+    Some(kib(last) - kib(first))
+}
+
 /// Why `end` is not back to `level`; empty when it is. Memory may exceed the level by
 /// `rss_tolerance_percent` (the allocator keeps freed pages, and a first minute's cache is
-/// not yet at its steady size); descriptors, sockets, API connections, threads and tasks
-/// (the sidecar's and, counted by the API server, its open watches) must be at or below it, and the work queues empty.
+/// not yet at its steady size); descriptors, sockets, API connections, the watches the API
+/// server serves it, threads and tasks must be at or below it, and the work queues empty.
 pub(crate) fn judge(level: &Sample, end: &Sample, rss_tolerance_percent: u64) -> Vec<String> {
     let mut problems = Vec::new();
     let rss_limit = level.rss_kib + level.rss_kib * rss_tolerance_percent / 100;
@@ -46,6 +61,7 @@ pub(crate) fn judge(level: &Sample, end: &Sample, rss_tolerance_percent: u64) ->
             level.api_connections,
             end.api_connections,
         ),
+        ("API watches", level.api_watches, end.api_watches),
         ("threads", level.threads, end.threads),
         ("tasks", level.tasks, end.tasks),
     ] {
@@ -91,6 +107,26 @@ mod tests {
             Some(samples[2])
         );
         assert_eq!(first_minute(&samples, Duration::from_mins(2)), None);
+    }
+
+    #[test]
+    fn the_second_half_growth_is_from_the_middle_to_the_last_sample_of_the_churn() {
+        let samples = [
+            sample(0, 100, 9, 30),
+            sample(30, 140, 9, 30),
+            sample(60, 150, 9, 30),
+            sample(90, 155, 9, 30),
+            // After the churn (settling): not part of it.
+            sample(130, 999, 9, 30),
+        ];
+        assert_eq!(
+            second_half_growth(&samples, Duration::from_mins(2)),
+            Some(5)
+        );
+        assert_eq!(
+            second_half_growth(&samples[..1], Duration::from_mins(2)),
+            None
+        );
     }
 
     #[test]
