@@ -116,7 +116,7 @@ impl RequestCounts {
         }
     }
 
-    /// The watches being served now, by client (see [`client_of`]): a client that opens
+    /// The watches being served now, by client (its User-Agent product): a client that opens
     /// watches and never lets them go shows here (the reliability suite's churn mode).
     pub fn open_watches(&self) -> BTreeMap<String, usize> {
         self.watching
