@@ -51,8 +51,9 @@ pub(crate) struct ChurnArgs {
     #[arg(long, default_value_t = 10)]
     churn_rss_tolerance: u64,
     /// Longest wait after the churn for every count to return to its level. The default
-    /// outlasts hyper's 90 s idle-connection timeout, after which pooled API connections that
-    /// the churn opened are closed.
+    /// outlasts client-go's 90 s idle-connection timeout, after which a client that trims its
+    /// pool has closed the API connections the churn opened (the sidecars' does not yet:
+    /// docs/reliability.md, Bounded resources).
     #[arg(long, default_value_t = 120)]
     churn_settle_secs: u64,
 }
