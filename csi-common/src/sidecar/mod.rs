@@ -330,6 +330,9 @@ impl Sidecar {
         let metrics =
             CsiMetrics::with_scrape_metrics(config.process_metrics, config.scrape_metrics)
                 .map_err(Error::Metrics)?;
+        metrics
+            .register_runtime(tokio::runtime::Handle::current())
+            .map_err(Error::Metrics)?;
         let workqueue_metrics =
             WorkQueueMetrics::register(metrics.registry()).map_err(Error::WorkQueueMetrics)?;
         let options = ConnectOptions::default()

@@ -266,3 +266,38 @@ async fn a_label_selected_watch_sees_objects_enter_and_leave_the_selection() {
     }
     assert_eq!(types, vec!["ADDED", "MODIFIED", "DELETED"]);
 }
+
+/// Open watches are counted per client (User-Agent product) while they are served, and no
+/// longer once the client drops the stream: the churn mode of the reliability suite reads
+/// this to see a sidecar that keeps watches it no longer uses.
+#[tokio::test]
+async fn open_watches_are_counted_per_client_until_the_client_drops_them() {
+    use tower::ServiceExt as _;
+    let s = fixture_server().await;
+    let open = |agent: &'static str| {
+        let router = s.router();
+        async move {
+            let request = http::Request::builder()
+                .uri(format!("{PVCS}?watch=1"))
+                .header("user-agent", agent)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            router.oneshot(request).await.unwrap()
+        }
+    };
+    let first = open("csi-attacher/v0.1.0").await;
+    let second = open("csi-attacher/v0.1.0").await;
+    let other = open("kube-controller-manager/v1.34.0").await;
+    let count = |client: &str| s.requests().open_watches().get(client).copied();
+    assert_eq!(count("csi-attacher"), Some(2));
+    assert_eq!(count("kube-controller-manager"), Some(1));
+    drop((first, second));
+    testbed_support::wait::eventually(
+        "the dropped watches no longer counted",
+        std::time::Duration::from_secs(10),
+        async || (count("csi-attacher").is_none()).then_some(()),
+    )
+    .await;
+    assert_eq!(count("kube-controller-manager"), Some(1));
+    drop(other);
+}

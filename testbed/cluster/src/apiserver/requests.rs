@@ -30,6 +30,9 @@ pub struct RequestCounts {
     by_client: Mutex<HashMap<(String, String, String), usize>>,
     /// Kinds of request by client (see [`client_of`]).
     permissions: Mutex<BTreeMap<String, BTreeSet<Permission>>>,
+    /// Watches being served, by client: kube-apiserver's `apiserver_registered_watchers`
+    /// (per kind there) counts the same streams.
+    watching: Mutex<BTreeMap<String, usize>>,
 }
 
 impl RequestCounts {
@@ -94,6 +97,32 @@ impl RequestCounts {
             .get(&(verb.to_owned(), resource.to_owned()))
             .copied()
             .unwrap_or_default()
+    }
+
+    /// Notes a watch of `client` opened; [`RequestCounts::watch_closed`] when it ends.
+    pub(crate) fn watch_opened(&self, client: &str) {
+        let mut watching = self.watching.lock().unwrap_or_else(PoisonError::into_inner);
+        *watching.entry(client.to_owned()).or_default() += 1;
+    }
+
+    /// Notes a watch of `client` ended (timed out, dropped, or its client went away).
+    pub(crate) fn watch_closed(&self, client: &str) {
+        let mut watching = self.watching.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(open) = watching.get_mut(client) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                watching.remove(client);
+            }
+        }
+    }
+
+    /// The watches being served now, by client (its User-Agent product): a client that opens
+    /// watches and never lets them go shows here (the reliability suite's churn mode).
+    pub fn open_watches(&self) -> BTreeMap<String, usize> {
+        self.watching
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Every count so far, by (verb, resource). Two snapshots taken around a step tell what
@@ -186,6 +215,28 @@ mod tests {
             BTreeMap::from([(key("update", "persistentvolumes/status"), 1)])
         );
         assert_eq!(counts.snapshot().len(), 2);
+    }
+
+    #[test]
+    fn open_watches_are_counted_per_client_until_closed() {
+        let counts = RequestCounts::default();
+        counts.watch_opened("csi-attacher");
+        counts.watch_opened("csi-attacher");
+        counts.watch_opened("kube-controller-manager");
+        counts.watch_closed("csi-attacher");
+        assert_eq!(
+            counts.open_watches(),
+            BTreeMap::from([
+                ("csi-attacher".to_owned(), 1),
+                ("kube-controller-manager".to_owned(), 1)
+            ])
+        );
+        counts.watch_closed("csi-attacher");
+        counts.watch_closed("csi-attacher");
+        assert_eq!(
+            counts.open_watches(),
+            BTreeMap::from([("kube-controller-manager".to_owned(), 1)])
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ use super::encode;
 use super::list::{ReadRv, parse_rv, selectors};
 use super::render;
 use super::request::{Format, ResourceRequest};
+use super::requests;
 use super::resources::ResourceInfo;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
@@ -203,7 +204,14 @@ pub(crate) fn watch(shared: &Arc<Shared>, req: &ResourceRequest) -> Result<Respo
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let epoch = shared.store.epoch();
     let interval = shared.config.bookmark_interval;
+    let agent = req
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    let open = OpenWatch::new(shared.clone(), requests::client_of(agent));
     tokio::spawn(async move {
+        // Counted until the stream ends: its deadline, a dropped watch, or the client gone.
+        let _open = open;
         for line in initial {
             if tx.send(Ok(line)).await.is_err() {
                 return;
@@ -235,6 +243,28 @@ pub(crate) fn watch(shared: &Arc<Shared>, req: &ResourceRequest) -> Result<Respo
         HeaderValue::from_static("no-cache, private"),
     );
     Ok(response)
+}
+
+/// A watch being served, counted in [`super::RequestCounts::open_watches`] until dropped.
+struct OpenWatch {
+    shared: Arc<Shared>,
+    client: String,
+}
+
+impl OpenWatch {
+    fn new(shared: Arc<Shared>, client: &str) -> Self {
+        shared.requests.watch_opened(client);
+        Self {
+            shared,
+            client: client.to_owned(),
+        }
+    }
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        self.shared.requests.watch_closed(&self.client);
+    }
 }
 
 async fn stream_live(

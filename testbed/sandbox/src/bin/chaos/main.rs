@@ -5,8 +5,11 @@
 //! restarts, what was observed, and upstream's behaviour for the same fault
 //! (docs/reliability.md).
 //!
+//! `--churn` runs the churn mode instead (bounded resources, [`churn`]).
+//!
 //! Exit code 0 when every row passed, 1 when one failed, 2 when the suite could not be set up.
 
+mod churn;
 mod fault;
 mod garbage;
 mod report;
@@ -87,6 +90,8 @@ struct Args {
     /// Also write the table as Markdown to this file.
     #[arg(long)]
     report: Option<PathBuf>,
+    #[command(flatten)]
+    churn: churn::ChurnArgs,
 }
 
 impl Args {
@@ -125,13 +130,28 @@ fn dirs(args: &Args) -> anyhow::Result<(PathBuf, PathBuf)> {
     Ok((bin_dir, work_dir))
 }
 
-async fn run(args: &Args, argv: &[String]) -> anyhow::Result<report::Report> {
-    let (bin_dir, work_dir) = dirs(args)?;
-    let sidecars = if args.sidecar.is_empty() {
+fn sidecars(args: &Args) -> Vec<Sidecar> {
+    if args.sidecar.is_empty() {
         vec![Sidecar::Provisioner, Sidecar::Attacher, Sidecar::Resizer]
     } else {
         args.sidecar.clone()
-    };
+    }
+}
+
+/// The table and whether a row failed, from the churn mode or the faults.
+async fn table(args: &Args, argv: &[String]) -> anyhow::Result<(String, bool)> {
+    if args.churn.churn {
+        let (bin_dir, work_dir) = dirs(args)?;
+        let report = churn::run(&args.churn, &sidecars(args), &bin_dir, &work_dir, argv).await?;
+        return Ok((report.render(), report.failed()));
+    }
+    let report = run(args, argv).await?;
+    Ok((report.render(), report.failed()))
+}
+
+async fn run(args: &Args, argv: &[String]) -> anyhow::Result<report::Report> {
+    let (bin_dir, work_dir) = dirs(args)?;
+    let sidecars = sidecars(args);
     let faults = if args.fault.is_empty() {
         fault::ALL.to_vec()
     } else {
@@ -171,9 +191,8 @@ async fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     let args = Args::parse();
     testbed_sandbox::fixtures::init_tracing();
-    match run(&args, &argv).await {
-        Ok(report) => {
-            let text = report.render();
+    match table(&args, &argv).await {
+        Ok((text, failed)) => {
             out(&text);
             if let Some(path) = &args.report
                 && let Err(e) = std::fs::write(path, &text)
@@ -181,7 +200,7 @@ async fn main() -> ExitCode {
                 eprintln!("chaos: cannot write {}: {e}", path.display());
                 return ExitCode::from(EXIT_FAILED);
             }
-            if report.failed() {
+            if failed {
                 ExitCode::from(EXIT_FAILED)
             } else {
                 ExitCode::SUCCESS

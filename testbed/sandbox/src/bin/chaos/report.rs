@@ -20,7 +20,7 @@ pub(crate) struct Report {
 }
 
 /// `/proc/loadavg`'s three load figures, or `n/a`.
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg").map_or_else(
         |_| "n/a".to_owned(),
         |text| {

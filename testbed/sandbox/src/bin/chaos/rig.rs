@@ -46,6 +46,8 @@ const KUBELET_BACKOFF: Duration = Duration::from_secs(10);
 pub(crate) struct Replica {
     pub(crate) name: String,
     pub(crate) process: ChildProcess,
+    /// Its `--http-endpoint` (`/metrics`).
+    pub(crate) http: SocketAddr,
     /// Exit statuses seen (each followed by a restart).
     pub(crate) exits: Vec<ExitStatus>,
     /// When it was seen exited and not yet restarted.
@@ -171,6 +173,7 @@ impl Rig {
         self.replicas.push(Replica {
             name: name.to_owned(),
             process: child,
+            http,
             exits: Vec::new(),
             exited_at: None,
         });
@@ -236,6 +239,16 @@ impl Rig {
             .context("cannot restart the API server")?;
         self.listening = Some(listening);
         Ok(())
+    }
+
+    /// The scenario's directory (sockets, kubeconfig, logs).
+    pub(crate) fn work_dir(&self) -> &Path {
+        &self.work_dir
+    }
+
+    /// The API server's address (the port survives restarts).
+    pub(crate) fn api_addr(&self) -> Option<SocketAddr> {
+        self.listening.as_ref().map(Listening::addr)
     }
 
     /// Every log line the replicas wrote.

@@ -202,7 +202,11 @@ async fn drive(
 }
 
 /// Waits until `name` holds the Lease.
-async fn wait_leader(rig: &Rig, name: &str, timeout: Duration) -> anyhow::Result<Duration> {
+pub(crate) async fn wait_leader(
+    rig: &Rig,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
     let started = Instant::now();
     while rig.lease_holder().as_deref() != Some(name) {
         if started.elapsed() >= timeout {

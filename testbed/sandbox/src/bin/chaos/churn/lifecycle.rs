@@ -1,0 +1,291 @@
+//! The objects each controller sidecar sees come and go, one batch at a time, as on a busy
+//! cluster: every object of a batch has a new name (a cache or map keyed by name that never
+//! forgets a deleted object grows), and a batch ends only when its objects are gone from the
+//! store, so nothing piles up and any growth is the sidecar's.
+//!
+//! - csi-provisioner: claims of an Immediate class (reclaim policy Delete) created, provisioned
+//!   and bound (by the controller-manager stand-in), deleted; the sidecar deletes the volumes
+//!   and the PVs.
+//! - csi-attacher: VolumeAttachments of stored PVs created, attached, deleted; the sidecar
+//!   detaches them and removes its finalizer.
+//! - csi-resizer: bound claims and PVs stored (as csi-provisioner and the PV controller leave
+//!   them), expanded from 1Gi to 2Gi, then removed from the store (as the provisioner's
+//!   deletion and the protection controller would), and new ones stored.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use csi_common::quantity::parse_bytes;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use testbed_mock_csi::{DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID, MockVolume};
+use testbed_sandbox::fixtures::Binding;
+use tokio::time::Instant;
+
+use crate::Sidecar;
+use crate::rig::{NAMESPACE, Rig};
+use crate::workload::at_once;
+
+const GI: i64 = 1 << 30;
+const CLASS: &str = "churn";
+/// Longest a batch may take to reach each step before the run stops as stuck.
+const STEP_TIMEOUT: Duration = Duration::from_mins(1);
+/// How often the store is read while a batch moves on.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Object lifecycles of one sidecar, a batch at a time.
+#[derive(Debug)]
+pub(crate) struct Lifecycles {
+    sidecar: Sidecar,
+    batch: usize,
+    /// Batches started so far (part of every object name).
+    round: usize,
+    /// Lifecycles completed.
+    pub(crate) completed: usize,
+}
+
+impl Lifecycles {
+    /// Stores what every batch needs: the StorageClass, or the attacher's PVs and volumes.
+    pub(crate) fn prepare(sidecar: Sidecar, rig: &Rig, batch: usize) -> anyhow::Result<Self> {
+        let class: StorageClass = serde_json::from_value(json!({
+            "metadata": {"name": CLASS},
+            "provisioner": DEFAULT_DRIVER_NAME,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate",
+            "allowVolumeExpansion": true,
+        }))?;
+        rig.server.put_object(&class)?;
+        match sidecar {
+            Sidecar::Attacher => {
+                for i in 0..batch {
+                    rig.driver.insert_volume(MockVolume::new(volume(i), GI));
+                    rig.server.put_object(&attachable_pv(i)?)?;
+                }
+            }
+            // No kubelet finishes a node expansion here (as in the resizer's burst).
+            Sidecar::Resizer => rig
+                .driver
+                .update_config(|config| config.node_expansion_required = false),
+            Sidecar::Provisioner => {}
+        }
+        Ok(Self {
+            sidecar,
+            batch,
+            round: 0,
+            completed: 0,
+        })
+    }
+
+    /// Runs batches until `until`; a batch under way is finished first.
+    pub(crate) async fn run(&mut self, rig: &Rig, until: Instant) -> anyhow::Result<()> {
+        while Instant::now() < until {
+            self.round += 1;
+            match self.sidecar {
+                Sidecar::Provisioner => self.provision(rig).await?,
+                Sidecar::Attacher => self.attach(rig).await?,
+                Sidecar::Resizer => self.expand(rig).await?,
+            }
+            self.completed += self.batch;
+            // The driver's call record would grow in this process for nothing.
+            rig.driver.clear_calls();
+        }
+        Ok(())
+    }
+
+    fn name(&self, kind: &str, i: usize) -> String {
+        format!("churn-{kind}-{}-{i}", self.round)
+    }
+
+    async fn provision(&self, rig: &Rig) -> anyhow::Result<()> {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(rig.server.client(), NAMESPACE);
+        at_once(self.batch, |i| {
+            let (claims, name) = (claims.clone(), self.name("claim", i));
+            async move {
+                let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": NAMESPACE},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}},
+                        "storageClassName": CLASS,
+                    },
+                }))?;
+                claims.create(&PostParams::default(), &claim).await?;
+                Ok(())
+            }
+        })
+        .await
+        .context("cannot create a claim")?;
+        self.wait(rig, "every claim bound to a PV", |rig| {
+            Ok(rig
+                .server
+                .list_objects::<PersistentVolume>(None)?
+                .iter()
+                .filter(|pv| pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+                .count()
+                == self.batch)
+        })
+        .await?;
+        at_once(self.batch, |i| {
+            let (claims, name) = (claims.clone(), self.name("claim", i));
+            async move {
+                claims.delete(&name, &DeleteParams::default()).await?;
+                Ok(())
+            }
+        })
+        .await
+        .context("cannot delete a claim")?;
+        self.wait(rig, "every claim and PV gone", |rig| {
+            Ok(rig
+                .server
+                .list_objects::<PersistentVolumeClaim>(Some(NAMESPACE))?
+                .is_empty()
+                && rig
+                    .server
+                    .list_objects::<PersistentVolume>(None)?
+                    .is_empty())
+        })
+        .await
+    }
+
+    async fn attach(&self, rig: &Rig) -> anyhow::Result<()> {
+        let vas: Api<VolumeAttachment> = Api::all(rig.server.client());
+        at_once(self.batch, |i| {
+            let (vas, name) = (vas.clone(), self.name("va", i));
+            async move {
+                let va: VolumeAttachment = serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "spec": {
+                        "attacher": DEFAULT_DRIVER_NAME,
+                        "nodeName": DEFAULT_NODE_ID,
+                        "source": {"persistentVolumeName": pv(i)},
+                    },
+                }))?;
+                vas.create(&PostParams::default(), &va).await?;
+                Ok(())
+            }
+        })
+        .await
+        .context("cannot create a VolumeAttachment")?;
+        self.wait(rig, "every VolumeAttachment attached", |rig| {
+            Ok(rig
+                .server
+                .list_objects::<VolumeAttachment>(None)?
+                .iter()
+                .filter(|va| va.status.as_ref().is_some_and(|s| s.attached))
+                .count()
+                == self.batch)
+        })
+        .await?;
+        at_once(self.batch, |i| {
+            let (vas, name) = (vas.clone(), self.name("va", i));
+            async move {
+                vas.delete(&name, &DeleteParams::default()).await?;
+                Ok(())
+            }
+        })
+        .await
+        .context("cannot delete a VolumeAttachment")?;
+        self.wait(rig, "every VolumeAttachment detached and gone", |rig| {
+            Ok(rig
+                .server
+                .list_objects::<VolumeAttachment>(None)?
+                .is_empty())
+        })
+        .await
+    }
+
+    async fn expand(&self, rig: &Rig) -> anyhow::Result<()> {
+        for i in 0..self.batch {
+            let (claim, volume) = (self.name("claim", i), self.name("pv", i));
+            rig.driver.insert_volume(MockVolume::new(&volume, GI));
+            let binding = Binding {
+                namespace: NAMESPACE,
+                claim: &claim,
+                volume: &volume,
+                class: CLASS,
+                driver: DEFAULT_DRIVER_NAME,
+            };
+            let stored = rig.server.put_object(&binding.claim()?)?;
+            rig.server
+                .put_object(&binding.volume(&stored.metadata.uid.unwrap_or_default())?)?;
+        }
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(rig.server.client(), NAMESPACE);
+        let body = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
+        at_once(self.batch, |i| {
+            let (claims, name, body) = (claims.clone(), self.name("claim", i), body.clone());
+            async move {
+                claims
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+                    .await?;
+                Ok(())
+            }
+        })
+        .await
+        .context("cannot resize a claim")?;
+        self.wait(rig, "every claim's status at 2Gi", |rig| {
+            let expanded = rig
+                .server
+                .list_objects::<PersistentVolumeClaim>(Some(NAMESPACE))?
+                .into_iter()
+                .filter_map(|c| c.status?.capacity?.get("storage").cloned())
+                .filter(|q| parse_bytes(&q.0).is_ok_and(|b| b >= 2 * GI))
+                .count();
+            Ok(expanded == self.batch)
+        })
+        .await?;
+        for i in 0..self.batch {
+            rig.server
+                .delete_object::<PersistentVolumeClaim>(Some(NAMESPACE), &self.name("claim", i))?;
+            rig.server
+                .delete_object::<PersistentVolume>(None, &self.name("pv", i))?;
+        }
+        Ok(())
+    }
+
+    /// Polls the store until `done`; an error naming the step and the batch after
+    /// [`STEP_TIMEOUT`].
+    async fn wait(
+        &self,
+        rig: &Rig,
+        step: &str,
+        done: impl Fn(&Rig) -> anyhow::Result<bool>,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        while !done(rig)? {
+            if Instant::now() >= deadline {
+                bail!(
+                    "batch {} stuck: not {step} within {STEP_TIMEOUT:?}",
+                    self.round
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(())
+    }
+}
+
+fn pv(i: usize) -> String {
+    format!("churn-pv-{i}")
+}
+
+fn volume(i: usize) -> String {
+    format!("churn-vol-{i}")
+}
+
+/// A stored PV of an existing volume, for the attacher's VolumeAttachments.
+fn attachable_pv(i: usize) -> serde_json::Result<PersistentVolume> {
+    serde_json::from_value(json!({
+        "metadata": {"name": pv(i)},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "volumeMode": "Filesystem",
+            "csi": {"driver": DEFAULT_DRIVER_NAME, "volumeHandle": volume(i), "fsType": "ext4"},
+        },
+        "status": {"phase": "Available"},
+    }))
+}
