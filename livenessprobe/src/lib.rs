@@ -13,6 +13,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use axum::Router;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -173,9 +175,19 @@ pub(crate) const NOT_READY: &str = "driver responded but is not ready";
 /// The body upstream answers when the probe timeout passed (Go's `context.DeadlineExceeded`).
 pub(crate) const DEADLINE_EXCEEDED: &str = "context deadline exceeded";
 
+/// How long after the probe deadline the whole request is cut off if a step overran its own
+/// deadline (none should: connect and Probe each end at the deadline).
+const BACKSTOP_GRACE: Duration = Duration::from_millis(100);
+
 impl Prober {
     async fn healthz(&self) -> Response {
-        let verdict = tokio::time::timeout(self.timeout, self.probe()).await;
+        // One deadline for connect and Probe, as upstream's one context: a Probe that hangs ends
+        // with the call's own `DeadlineExceeded` status at the deadline (upstream's body
+        // `rpc error: code = DeadlineExceeded desc = context deadline exceeded`). The backstop a
+        // little later only bounds a step that would ignore its deadline.
+        let deadline = Instant::now() + self.timeout;
+        let verdict =
+            tokio::time::timeout_at(deadline + BACKSTOP_GRACE, self.probe(deadline)).await;
         let (status, body) = match verdict {
             Ok(Ok(ProbeOutcome::Ready)) => (StatusCode::OK, "ok".to_owned()),
             Ok(Ok(ProbeOutcome::NotReady)) => {
@@ -200,10 +212,11 @@ impl Prober {
         response
     }
 
-    /// Connects afresh and calls Probe; the caller bounds the whole with the probe timeout.
-    async fn probe(&self) -> Result<ProbeOutcome, String> {
+    /// Connects afresh and calls Probe, both by `deadline` (the probe timeout from the
+    /// request's arrival).
+    async fn probe(&self, deadline: Instant) -> Result<ProbeOutcome, String> {
         let options = ConnectOptions::default()
-            .with_connect_timeout(Some(self.timeout))
+            .with_connect_timeout(Some(deadline.saturating_duration_since(Instant::now())))
             .with_call_timeout(self.timeout)
             .with_call_logging(self.log_calls);
         let (conn, loss) = connection::connect(&self.address, options, self.metrics.clone())
@@ -216,7 +229,10 @@ impl Prober {
         // not a "Lost connection" error (upstream's probe connection never re-dials, so it
         // never logs one).
         loss.expect_close();
-        identity::probe(&conn, self.timeout)
+        // What connecting left of the budget; zero fails the call at once with DeadlineExceeded,
+        // as grpc-go does for a context that has already expired.
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        identity::probe(&conn, remaining)
             .await
             .map_err(|err| match &err {
                 identity::Error::Call { status, .. } => CsiError::from(&**status).to_string(),
