@@ -2,12 +2,15 @@
 //!
 //! Each `/healthz` request opens a fresh connection to the driver socket and calls CSI
 //! `Identity/Probe`, all within `--probe-timeout`: 200 `ok` when the driver is ready, 500 with
-//! the reason otherwise. A fresh connection per request is deliberate (upstream #68: a cached
-//! connection reported "healthy" after the socket was gone). The HTTP port only opens once the
+//! the reason otherwise. A fresh connection per probe is deliberate (upstream #68: a cached
+//! connection reported "healthy" after the socket was gone). Requests that arrive while a
+//! probe runs share its verdict instead of each dialing the driver ([`coalesce`]; upstream
+//! probes once per request). The HTTP port only opens once the
 //! driver answered GetPluginInfo, so while the driver is missing kubelet sees "connection
 //! refused" instead of a crash-looping probe (upstream #236/#240).
 
 pub mod args;
+mod coalesce;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,6 +27,8 @@ use csi_common::http::{self as diag, Listener};
 use csi_common::identity::{self, ProbeOutcome};
 use csi_common::metrics::{CsiMetrics, ProcessMetrics};
 use csi_common::status::CsiError;
+
+use crate::coalesce::Coalesced;
 
 /// Everything livenessprobe needs to run, validated from the flags by [`args`].
 #[derive(Clone, Debug)]
@@ -86,6 +91,7 @@ pub async fn run(
         timeout: config.probe_timeout,
         metrics: metrics.clone(),
         log_calls: config.log_grpc_calls,
+        in_flight: Coalesced::new(config.probe_timeout),
     });
     let mut health = Router::new().route(
         "/healthz",
@@ -160,14 +166,19 @@ async fn driver_name(config: &Config, metrics: &CsiMetrics) -> Result<String, Er
     Ok(info.name)
 }
 
-/// Answers one `/healthz` request.
+/// Answers `/healthz` requests.
 #[derive(Debug)]
 struct Prober {
     address: CsiAddress,
     timeout: Duration,
     metrics: CsiMetrics,
     log_calls: bool,
+    /// The probe concurrent requests share (see [`coalesce`]).
+    in_flight: Coalesced<Verdict>,
 }
+
+/// What `/healthz` answers: the status and upstream's body.
+type Verdict = (StatusCode, String);
 
 /// The body upstream answers when Probe says `ready: false`.
 pub(crate) const NOT_READY: &str = "driver responded but is not ready";
@@ -180,7 +191,29 @@ pub(crate) const DEADLINE_EXCEEDED: &str = "context deadline exceeded";
 const BACKSTOP_GRACE: Duration = Duration::from_millis(100);
 
 impl Prober {
-    async fn healthz(&self) -> Response {
+    /// Answers one request with the verdict of the running probe or of a new one.
+    async fn healthz(self: Arc<Self>) -> Response {
+        let prober = Arc::clone(&self);
+        let (status, body) = self
+            .in_flight
+            .run(move || async move { prober.check().await })
+            .await
+            .unwrap_or_else(|| {
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the probe task failed".to_owned(),
+                )
+            });
+        // Upstream writes the body without a trailing newline and lets Go sniff text/plain.
+        let mut response = diag::text(status, body);
+        response
+            .headers_mut()
+            .remove(axum::http::header::X_CONTENT_TYPE_OPTIONS);
+        response
+    }
+
+    /// One probe of the driver, logged.
+    async fn check(&self) -> Verdict {
         // One deadline for connect and Probe, as upstream's one context: a Probe that hangs ends
         // with the call's own `DeadlineExceeded` status at the deadline (upstream's body
         // `rpc error: code = DeadlineExceeded desc = context deadline exceeded`). The backstop a
@@ -204,12 +237,7 @@ impl Prober {
         } else {
             tracing::error!(reason = %body, "health check failed");
         }
-        // Upstream writes the body without a trailing newline and lets Go sniff text/plain.
-        let mut response = diag::text(status, body);
-        response
-            .headers_mut()
-            .remove(axum::http::header::X_CONTENT_TYPE_OPTIONS);
-        response
+        (status, body)
     }
 
     /// Connects afresh and calls Probe, both by `deadline` (the probe timeout from the

@@ -339,3 +339,35 @@ async fn a_driver_stopping_during_a_probe_is_not_a_lost_connection() {
     // The failed probe is the report; a single-use probe connection has nothing to lose.
     assert!(!text.contains("Lost connection"), "{text}");
 }
+
+/// Found by the `flood` fault of `chaos` (docs/reliability.md, "Node sidecars"): upstream
+/// dials the driver once per request, so a burst of requests opened one driver connection each
+/// and most answered 500 as their connects starved each other. Requests that arrive while a
+/// probe runs now share it.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_requests_share_one_probe_of_the_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start_driver(dir.path()).await;
+    let probe = Probe::spawn(driver.socket_path(), &["--probe-timeout=5s"]);
+    assert_eq!(probe.wait_listening().await.status, 200);
+    // Slow enough that the burst arrives while the first probe runs.
+    driver.inject(Fault::delay(Method::Probe, Duration::from_millis(500)));
+    let before = driver.call_count(Method::Probe);
+
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let addr = probe.addr;
+        requests.spawn(
+            async move { http_client::get(addr, "/healthz", Duration::from_secs(10)).await },
+        );
+    }
+    while let Some(answer) = requests.join_next().await {
+        let answer = answer.unwrap().unwrap();
+        assert_eq!((answer.status, answer.body.as_str()), (200, "ok"));
+    }
+    let calls = driver.call_count(Method::Probe) - before;
+    assert!(
+        calls <= 5,
+        "{calls} Probe calls for 200 concurrent requests"
+    );
+}
