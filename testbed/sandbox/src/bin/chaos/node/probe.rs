@@ -1,0 +1,483 @@
+//! livenessprobe rows: the real binary serving `/healthz` for the mock driver, observed over
+//! HTTP the way kubelet's liveness probe sees it.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::future::join_all;
+use testbed_mock_csi::{Fault, Method, MockDriverHandle, When};
+use testbed_support::http_client::{self, HttpResponse};
+use testbed_support::process::{self, ChildProcess};
+use tokio::time::Instant;
+
+use super::procstat::{self, Sample};
+use super::{Findings, NodeFault, NodeSetup, leave_dead_socket, start_driver};
+
+/// `--probe-timeout` of every row.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How late an answer may be on a loaded machine before the row fails: the timeout plus a
+/// second of scheduling delay (debug builds, shared cores).
+const LATENCY_LIMIT: Duration = Duration::from_secs(2);
+/// Longest wait of the HTTP client; well past [`LATENCY_LIMIT`] so a late answer is measured.
+const HTTP_TIMEOUT: Duration = Duration::from_mins(1);
+/// How long the descriptors of finished requests may take to be closed.
+const SETTLE: Duration = Duration::from_secs(20);
+/// A Probe that never answers within any row.
+const HANG: Duration = Duration::from_hours(1);
+
+/// Upstream's bodies (sidecars.md §4.2; livenessprobe `checkProbe`).
+const OK: &str = "ok";
+const CONNECT_DEADLINE: &str = "context deadline exceeded";
+const CALL_DEADLINE: &str = "rpc error: code = DeadlineExceeded desc = context deadline exceeded";
+const NOT_READY: &str = "driver responded but is not ready";
+
+/// The driver and a running livenessprobe.
+struct ProbeRig {
+    driver: MockDriverHandle,
+    process: ChildProcess,
+    addr: SocketAddr,
+    pid: u32,
+}
+
+/// One `/healthz` answer and how long it took.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    body: String,
+    took: Duration,
+}
+
+impl ProbeRig {
+    async fn start(binary: &Path, dir: &Path) -> anyhow::Result<Self> {
+        let driver = start_driver(&dir.join("csi.sock")).await?;
+        let addr = process::free_port()?;
+        let args = vec![
+            format!("--csi-address={}", driver.socket_path().display()),
+            format!("--http-endpoint={addr}"),
+            format!("--probe-timeout={}ms", PROBE_TIMEOUT.as_millis()),
+        ];
+        let mut process = ChildProcess::spawn(
+            "livenessprobe",
+            binary,
+            &args,
+            &dir.join("livenessprobe.log"),
+        )?;
+        process
+            .wait_ready(Duration::from_secs(30), || process::accepts_tcp(addr))
+            .await?;
+        let pid = process.pid().context("livenessprobe exited at once")?;
+        Ok(Self {
+            driver,
+            process,
+            addr,
+            pid,
+        })
+    }
+
+    async fn healthz(&self) -> anyhow::Result<Answer> {
+        let started = Instant::now();
+        let HttpResponse { status, body, .. } =
+            http_client::get(self.addr, "/healthz", HTTP_TIMEOUT).await?;
+        Ok(Answer {
+            status,
+            body,
+            took: started.elapsed(),
+        })
+    }
+
+    /// `n` requests at once, each on its own connection.
+    async fn concurrent(&self, n: usize) -> Vec<anyhow::Result<Answer>> {
+        join_all((0..n).map(|_| self.healthz())).await
+    }
+
+    fn sample(&self, at: Duration) -> anyhow::Result<Sample> {
+        Sample::read(self.pid, at)
+    }
+
+    /// Waits until the process holds at most `fds` descriptors; returns how long it took.
+    async fn settle_to(&self, fds: u64) -> anyhow::Result<Option<Duration>> {
+        let started = Instant::now();
+        while started.elapsed() < SETTLE {
+            if self.sample(Duration::ZERO)?.fds <= fds {
+                return Ok(Some(started.elapsed()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(None)
+    }
+
+    /// The driver crashes: connections dropped, its socket file left refusing connections.
+    async fn crash_driver(&self) -> anyhow::Result<()> {
+        self.driver.stop().await?;
+        leave_dead_socket(self.driver.socket_path())?;
+        Ok(())
+    }
+
+    /// Checks that the same process still serves: no restart was needed.
+    fn check_alive(&mut self, f: &mut Findings) -> anyhow::Result<()> {
+        let status = self.process.exit_status()?;
+        f.expect(status.is_none(), || {
+            format!("livenessprobe exited: {status:?}")
+        });
+        f.expect(self.process.pid() == Some(self.pid), || {
+            "livenessprobe's pid changed".to_owned()
+        });
+        Ok(())
+    }
+}
+
+/// Checks one answer against the expected status and body, within [`LATENCY_LIMIT`].
+fn expect_answer(f: &mut Findings, when: &str, answer: &Answer, status: u16, body: &str) {
+    f.expect(answer.status == status && answer.body == body, || {
+        format!(
+            "{when}: {} {:?}, expected {status} {body:?}",
+            answer.status, answer.body
+        )
+    });
+    f.expect(answer.took <= LATENCY_LIMIT, || {
+        format!("{when}: answered after {:.2} s", answer.took.as_secs_f64())
+    });
+}
+
+/// The slowest of `answers`, in seconds.
+fn slowest(answers: &[Answer]) -> f64 {
+    answers
+        .iter()
+        .map(|a| a.took.as_secs_f64())
+        .fold(0.0, f64::max)
+}
+
+/// Runs one livenessprobe row.
+pub(crate) async fn run(
+    fault: NodeFault,
+    binary: &Path,
+    dir: &Path,
+    setup: &NodeSetup,
+) -> anyhow::Result<Findings> {
+    let mut rig = ProbeRig::start(binary, dir).await?;
+    let mut f = Findings::default();
+    let healthy = rig.healthz().await?;
+    expect_answer(&mut f, "before the fault", &healthy, 200, OK);
+    match fault {
+        NodeFault::DriverCrash => driver_crash(&rig, &mut f).await?,
+        NodeFault::DriverHang => driver_hang(&rig, &mut f).await?,
+        NodeFault::SocketRecreated => socket_recreated(&rig, &mut f).await?,
+        NodeFault::NotReady => not_ready(&rig, &mut f).await?,
+        NodeFault::Flood => flood(&rig, &mut f, setup.flood).await?,
+        NodeFault::ProbeChurn => churn(&rig, &mut f, setup.churn).await?,
+        _ => anyhow::bail!("{} is not a livenessprobe fault", fault.name()),
+    }
+    rig.check_alive(&mut f)?;
+    rig.process.terminate().await?;
+    Ok(f)
+}
+
+/// Probes `n` times in a row, expecting `status` and `body` each time.
+async fn probe_n(
+    rig: &ProbeRig,
+    f: &mut Findings,
+    when: &str,
+    n: usize,
+    (status, body): (u16, &str),
+) -> anyhow::Result<Vec<Answer>> {
+    let mut answers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let answer = rig.healthz().await?;
+        expect_answer(f, when, &answer, status, body);
+        answers.push(answer);
+    }
+    Ok(answers)
+}
+
+async fn driver_crash(rig: &ProbeRig, f: &mut Findings) -> anyhow::Result<()> {
+    rig.crash_driver().await?;
+    let down = probe_n(rig, f, "driver down", 3, (500, CONNECT_DEADLINE)).await?;
+    f.saw(format!(
+        "driver down: 3 × 500 `{CONNECT_DEADLINE}`, slowest {:.2} s (--probe-timeout 1 s)",
+        slowest(&down)
+    ));
+    rig.driver.restart().await?;
+    let back = rig.healthz().await?;
+    expect_answer(f, "driver back", &back, 200, OK);
+    f.saw(format!(
+        "driver back: first probe {} `{}`, same process",
+        back.status, back.body
+    ));
+    Ok(())
+}
+
+async fn driver_hang(rig: &ProbeRig, f: &mut Findings) -> anyhow::Result<()> {
+    let before = rig.sample(Duration::ZERO)?;
+    let calls_before = rig.driver.call_count(Method::Probe);
+    rig.driver.inject(Fault::delay(Method::Probe, HANG));
+    let sequential = probe_n(rig, f, "Probe hangs", 10, (500, CALL_DEADLINE)).await?;
+    let concurrent = rig.concurrent(100).await;
+    let concurrent: Vec<Answer> = concurrent.into_iter().collect::<anyhow::Result<_>>()?;
+    for answer in &concurrent {
+        expect_answer(f, "Probe hangs, 100 at once", answer, 500, CALL_DEADLINE);
+    }
+    // One call per request in a row; the 100 at once share one probe (two if the burst spreads
+    // past the first probe's budget). Upstream would make 110 calls, all hanging.
+    let calls = rig.driver.call_count(Method::Probe) - calls_before;
+    f.expect((11..=12).contains(&calls), || {
+        format!("{calls} Probe calls reached the driver for 10 requests in a row and 100 at once")
+    });
+    f.saw(format!(
+        "10 in a row and 100 at once: 500 `{CALL_DEADLINE}`, slowest {:.2} s / {:.2} s; {calls} Probe calls reached the driver",
+        slowest(&sequential),
+        slowest(&concurrent)
+    ));
+    // The hung calls must not keep connections (or the tasks serving them) open.
+    let settled = rig.settle_to(before.fds).await?;
+    let after = rig.sample(Duration::ZERO)?;
+    f.expect(settled.is_some(), || {
+        format!(
+            "descriptors not back to {} within {SETTLE:?}: {}",
+            before.fds,
+            after.describe()
+        )
+    });
+    f.expect(after.threads <= before.threads, || {
+        format!("threads {} -> {}", before.threads, after.threads)
+    });
+    f.saw(format!(
+        "before: {}; after: {}",
+        before.describe(),
+        after.describe()
+    ));
+    rig.driver.clear_faults();
+    let back = rig.healthz().await?;
+    expect_answer(f, "hang over", &back, 200, OK);
+    Ok(())
+}
+
+async fn socket_recreated(rig: &ProbeRig, f: &mut Findings) -> anyhow::Result<()> {
+    // The driver still runs and listens, but nobody can reach it through the path any more.
+    std::fs::remove_file(rig.driver.socket_path())?;
+    let gone = probe_n(rig, f, "socket deleted", 3, (500, CONNECT_DEADLINE)).await?;
+    f.saw(format!(
+        "socket deleted, driver running: 3 × 500 `{CONNECT_DEADLINE}`, slowest {:.2} s",
+        slowest(&gone)
+    ));
+    rig.driver.restart().await?;
+    let back = rig.healthz().await?;
+    expect_answer(f, "socket re-created", &back, 200, OK);
+    f.saw(format!(
+        "re-created: first probe {} `{}`",
+        back.status, back.body
+    ));
+    Ok(())
+}
+
+async fn not_ready(rig: &ProbeRig, f: &mut Findings) -> anyhow::Result<()> {
+    rig.driver.set_ready(Some(false));
+    let answer = rig.healthz().await?;
+    expect_answer(f, "ready=false", &answer, 500, NOT_READY);
+    rig.driver.set_ready(Some(true));
+    let ready = rig.healthz().await?;
+    expect_answer(f, "ready=true", &ready, 200, OK);
+    rig.driver.set_ready(None);
+    let absent = rig.healthz().await?;
+    expect_answer(f, "ready absent", &absent, 200, OK);
+    f.saw(format!(
+        "ready=false: {} `{}`; ready=true: {}; ready absent (CSI: ready): {}",
+        answer.status, answer.body, ready.status, absent.status
+    ));
+    Ok(())
+}
+
+/// Floods of a row. Every flood's descriptors must be closed after it, and memory must level
+/// off: the levels after the last third of the floods must not be above those of the first two
+/// thirds (beyond [`procstat::growth`]'s slack). The allocator keeps some freed memory, so the
+/// level climbs over the first floods (measured: 17 MiB after the first 500, 26 MiB after the
+/// eighth, flat from there), which a linear leak would not do.
+const FLOODS: u32 = 12;
+
+/// `n` requests at once, [`FLOODS`] times.
+async fn flood(rig: &ProbeRig, f: &mut Findings, n: usize) -> anyhow::Result<()> {
+    let before = rig.sample(Duration::ZERO)?;
+    let mut settled_levels = Vec::new();
+    let mut highest = before;
+    let (mut answered, mut longest_flood, mut slowest_answer, mut longest_settle) =
+        (0, 0.0_f64, 0.0_f64, 0.0_f64);
+    for round in 1..=FLOODS {
+        let peak = std::sync::Mutex::new(before);
+        let sampling = async {
+            loop {
+                if let Ok(now) = rig.sample(Duration::ZERO) {
+                    let mut peak = peak
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    *peak =
+                        procstat::first_window_peak(&[*peak, now], Duration::MAX).unwrap_or(now);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let started = Instant::now();
+        let answers = tokio::select! {
+            answers = rig.concurrent(n) => answers,
+            () = sampling => unreachable!("the sampler never ends"),
+        };
+        longest_flood = longest_flood.max(started.elapsed().as_secs_f64());
+        let peak = peak
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        highest = procstat::first_window_peak(&[highest, peak], Duration::MAX).unwrap_or(peak);
+        let failed = answers.iter().filter(|a| a.is_err()).count();
+        let answers: Vec<Answer> = answers.into_iter().filter_map(Result::ok).collect();
+        let ok = answers.iter().filter(|a| a.status == 200).count();
+        answered += ok;
+        slowest_answer = slowest_answer.max(slowest(&answers));
+        f.expect(ok == n, || {
+            format!("flood {round}: {ok} of {n} answered 200, {failed} requests failed")
+        });
+        let settled = rig.settle_to(before.fds).await?;
+        let after = rig.sample(Duration::ZERO)?;
+        f.expect(settled.is_some(), || {
+            format!(
+                "flood {round}: descriptors not back to {} within {SETTLE:?}: {}",
+                before.fds,
+                after.describe()
+            )
+        });
+        longest_settle = longest_settle.max(settled.unwrap_or(SETTLE).as_secs_f64());
+        settled_levels.push(Sample {
+            at: Duration::from_secs(u64::from(round)),
+            ..after
+        });
+    }
+    let two_thirds = Duration::from_secs(u64::from(FLOODS * 2 / 3));
+    let early = procstat::first_window_peak(&settled_levels, two_thirds).context("no flood")?;
+    for later in settled_levels.iter().filter(|s| s.at > two_thirds) {
+        for problem in procstat::growth(&early, later) {
+            f.expect(false, || format!("flood {}: {problem}", later.at.as_secs()));
+        }
+    }
+    let rss_after = |i: usize| settled_levels.get(i).map_or(0.0, Sample::rss_mib);
+    let floods = settled_levels.len();
+    f.saw(format!(
+        "{floods} floods of {n}: {answered}/{} × 200, each flood ≤ {longest_flood:.1} s, slowest answer {slowest_answer:.1} s",
+        floods * n
+    ));
+    f.saw(format!(
+        "highest during the floods: {}; descriptors back to {} after each (≤ {longest_settle:.1} s)",
+        highest.describe(),
+        before.fds
+    ));
+    f.saw(format!(
+        "rss after flood 1 / {} / {floods}: {:.1} / {:.1} / {:.1} MiB (idle before: {})",
+        floods * 2 / 3,
+        rss_after(0),
+        rss_after((floods * 2 / 3).saturating_sub(1)),
+        rss_after(floods.saturating_sub(1)),
+        before.describe()
+    ));
+    Ok(())
+}
+
+/// What a churn cycle does to the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Healthy,
+    Crash,
+    Hang,
+    NotReady,
+    SocketRecreated,
+}
+
+/// The cycle's step: the faults in turn with healthy cycles between them.
+fn step(cycle: usize) -> Step {
+    match cycle % 6 {
+        1 => Step::Crash,
+        2 => Step::Hang,
+        3 => Step::NotReady,
+        4 => Step::SocketRecreated,
+        _ => Step::Healthy,
+    }
+}
+
+/// Requests per cycle: a few in a row and a burst at once.
+const CYCLE_SEQUENTIAL: usize = 5;
+const CYCLE_CONCURRENT: usize = 20;
+
+async fn churn(rig: &ProbeRig, f: &mut Findings, duration: Duration) -> anyhow::Result<()> {
+    let window = procstat::first_window(duration);
+    let started = Instant::now();
+    let mut samples = vec![rig.sample(Duration::ZERO)?];
+    let mut requests = 0;
+    let mut wrong = 0;
+    let mut cycle = 0;
+    while started.elapsed() < duration {
+        let step = step(cycle);
+        let expected = match step {
+            Step::Healthy => (200, OK),
+            Step::Crash => {
+                rig.crash_driver().await?;
+                (500, CONNECT_DEADLINE)
+            }
+            Step::Hang => {
+                let n = u32::try_from(CYCLE_SEQUENTIAL + CYCLE_CONCURRENT)?;
+                rig.driver
+                    .inject(Fault::delay(Method::Probe, HANG).on(When::FirstN(n)));
+                (500, CALL_DEADLINE)
+            }
+            Step::NotReady => {
+                rig.driver.set_ready(Some(false));
+                (500, NOT_READY)
+            }
+            Step::SocketRecreated => {
+                std::fs::remove_file(rig.driver.socket_path())?;
+                (500, CONNECT_DEADLINE)
+            }
+        };
+        let mut answers = Vec::new();
+        for _ in 0..CYCLE_SEQUENTIAL {
+            answers.push(rig.healthz().await);
+        }
+        answers.extend(rig.concurrent(CYCLE_CONCURRENT).await);
+        for answer in answers {
+            requests += 1;
+            let right = answer
+                .as_ref()
+                .is_ok_and(|a| (a.status, a.body.as_str()) == expected && a.took <= LATENCY_LIMIT);
+            if !right {
+                wrong += 1;
+                if wrong <= 3 {
+                    f.expect(false, || format!("cycle {cycle} ({step:?}): {answer:?}"));
+                }
+            }
+        }
+        match step {
+            Step::Crash | Step::SocketRecreated => rig.driver.restart().await?,
+            Step::Hang => rig.driver.clear_faults(),
+            Step::NotReady => rig.driver.set_ready(Some(true)),
+            Step::Healthy => {}
+        }
+        samples.push(rig.sample(started.elapsed())?);
+        cycle += 1;
+    }
+    f.expect(wrong == 0, || {
+        format!("{wrong} of {requests} answers were not upstream's")
+    });
+    let peak = procstat::first_window_peak(&samples, window).context("no sample")?;
+    // The end level: once the last cycle's connections are closed.
+    let _ = rig.settle_to(peak.fds).await?;
+    let end = rig.sample(started.elapsed())?;
+    for problem in procstat::growth(&peak, &end) {
+        f.expect(false, || problem);
+    }
+    f.saw(format!(
+        "{requests} probes in {cycle} cycles over {:.0} s (healthy, crash, hang, not ready, socket re-created in turn)",
+        started.elapsed().as_secs_f64()
+    ));
+    f.saw(format!(
+        "first {:.0} s peak: {}; end: {}",
+        window.as_secs_f64(),
+        peak.describe(),
+        end.describe()
+    ));
+    Ok(())
+}
