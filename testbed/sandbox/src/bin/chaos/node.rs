@@ -204,6 +204,28 @@ impl Findings {
     }
 }
 
+/// Checks that a churn's `end` levels are back to the first window's peak among `samples`
+/// ([`procstat::growth`]) and notes both.
+pub(crate) fn check_levels(
+    f: &mut Findings,
+    samples: &[procstat::Sample],
+    window: Duration,
+    end: &procstat::Sample,
+) -> anyhow::Result<()> {
+    let peak = procstat::first_window_peak(samples, window)
+        .ok_or_else(|| anyhow::anyhow!("no sample in the first {window:?}"))?;
+    for problem in procstat::growth(&peak, end) {
+        f.expect(false, || problem);
+    }
+    f.saw(format!(
+        "first {:.0} s peak: {}; end: {}",
+        window.as_secs_f64(),
+        peak.describe(),
+        end.describe()
+    ));
+    Ok(())
+}
+
 /// The mock driver every node row runs (the sandbox's name and node).
 pub(crate) async fn start_driver(socket: &Path) -> anyhow::Result<MockDriverHandle> {
     let config = MockDriverConfig {

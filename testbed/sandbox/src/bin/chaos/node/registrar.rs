@@ -18,7 +18,9 @@ use testbed_support::process::{self, ChildProcess, Signal};
 use tokio::time::Instant;
 
 use super::procstat::{self, Sample};
-use super::{DRIVER, Findings, NodeFault, NodeSetup, leave_dead_socket, start_driver};
+use super::{
+    DRIVER, Findings, NodeFault, NodeSetup, check_levels, leave_dead_socket, start_driver,
+};
 
 /// Longest wait for a registration or an exit.
 const WAIT: Duration = Duration::from_mins(1);
@@ -505,11 +507,7 @@ async fn churn(node: &mut Node, f: &mut Findings, duration: Duration) -> anyhow:
     f.expect(wrong == 0, || {
         format!("{wrong} /healthz answers were not 200 ok")
     });
-    let peak = procstat::first_window_peak(&samples, window).context("no sample")?;
     let end = Sample::read(pid, started.elapsed())?;
-    for problem in procstat::growth(&peak, &end) {
-        f.expect(false, || problem);
-    }
     f.saw(format!(
         "{cycle} kubelet restarts ({} with the socket wiped) and {} /healthz over {:.0} s; slowest re-registration {:.1} s",
         cycle / 3,
@@ -517,11 +515,6 @@ async fn churn(node: &mut Node, f: &mut Findings, duration: Duration) -> anyhow:
         started.elapsed().as_secs_f64(),
         slowest.as_secs_f64()
     ));
-    f.saw(format!(
-        "first {:.0} s peak: {}; end: {}",
-        window.as_secs_f64(),
-        peak.describe(),
-        end.describe()
-    ));
+    check_levels(f, &samples, window, &end)?;
     Ok(())
 }
