@@ -41,6 +41,7 @@ async fn chaos(faults: &[&str]) -> String {
             &format!("--node-fault={}", faults.join(",")),
             "--churn-secs=15",
             "--flood=500",
+            "--flood-rounds=12",
             &format!("--bin-dir={}", bin_dir().display()),
             &format!("--work-dir={}", work.path().display()),
         ])

@@ -98,6 +98,9 @@ struct Args {
     /// Concurrent `/healthz` requests of the livenessprobe flood.
     #[arg(long, default_value_t = 2000)]
     flood: usize,
+    /// How many floods the livenessprobe flood row sends.
+    #[arg(long, default_value_t = 30)]
+    flood_rounds: usize,
 }
 
 impl Args {
@@ -199,6 +202,7 @@ async fn run(args: &Args, argv: &[String]) -> anyhow::Result<report::Report> {
         work_dir,
         churn: Duration::from_secs(args.churn_secs),
         flood: args.flood,
+        flood_rounds: args.flood_rounds,
     };
     report.node_rows = node::run(&args.node_faults(), &setup).await?;
     report.finish();

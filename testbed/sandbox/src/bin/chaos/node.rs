@@ -166,6 +166,8 @@ pub(crate) struct NodeSetup {
     pub(crate) churn: Duration,
     /// Concurrent requests of the flood.
     pub(crate) flood: usize,
+    /// Floods of the flood row (at least 3: the last third is compared with the rest).
+    pub(crate) flood_rounds: usize,
 }
 
 /// What one node fault found.

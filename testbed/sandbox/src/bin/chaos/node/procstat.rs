@@ -106,17 +106,22 @@ pub(crate) fn first_window_peak(samples: &[Sample], window: Duration) -> Option<
         })
 }
 
+/// Whether memory at the `end` is above the first-window `peak` by more than
+/// [`RSS_SLACK_PERCENT`].
+pub(crate) fn rss_growth(peak: &Sample, end: &Sample) -> Option<String> {
+    let rss_limit = peak.rss_kib + peak.rss_kib * RSS_SLACK_PERCENT / 100;
+    (end.rss_kib > rss_limit).then(|| {
+        format!(
+            "rss {} KiB at the end, above the first window's {} KiB + {RSS_SLACK_PERCENT} %",
+            end.rss_kib, peak.rss_kib
+        )
+    })
+}
+
 /// What is above the first-window `peak` at the `end`: descriptors, sockets and threads must
 /// not exceed it at all, memory not by more than [`RSS_SLACK_PERCENT`].
 pub(crate) fn growth(peak: &Sample, end: &Sample) -> Vec<String> {
-    let mut problems = Vec::new();
-    let rss_limit = peak.rss_kib + peak.rss_kib * RSS_SLACK_PERCENT / 100;
-    if end.rss_kib > rss_limit {
-        problems.push(format!(
-            "rss {} KiB at the end, above the first window's {} KiB + {RSS_SLACK_PERCENT} %",
-            end.rss_kib, peak.rss_kib
-        ));
-    }
+    let mut problems: Vec<String> = rss_growth(peak, end).into_iter().collect();
     for (what, at_end, first) in [
         ("fds", end.fds, peak.fds),
         ("sockets", end.sockets, peak.sockets),
@@ -154,7 +159,7 @@ mod tests {
             sample(61, 5000, 50, 40, 9),
         ];
         assert_eq!(
-            first_window_peak(&samples, Duration::from_secs(60)),
+            first_window_peak(&samples, Duration::from_mins(1)),
             Some(sample(60, 1000, 12, 6, 4))
         );
         assert_eq!(first_window_peak(&samples, Duration::ZERO), None);
