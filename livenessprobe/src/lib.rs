@@ -1,13 +1,13 @@
 //! livenessprobe: serves `/healthz` for the kubelet liveness probe of the CSI driver container.
 //!
-//! Each `/healthz` request opens a fresh connection to the driver socket and calls CSI
-//! `Identity/Probe`, all within `--probe-timeout`: 200 `ok` when the driver is ready, 500 with
-//! the reason otherwise. A fresh connection per probe is deliberate (upstream #68: a cached
+//! A `/healthz` request is answered by a probe: a fresh connection to the driver socket and a
+//! CSI `Identity/Probe` call, all within `--probe-timeout`: 200 `ok` when the driver is ready,
+//! 500 with the reason otherwise. A fresh connection per probe is deliberate (upstream #68: a cached
 //! connection reported "healthy" after the socket was gone). Requests that arrive while a
-//! probe runs share its verdict instead of each dialing the driver (module `coalesce`; upstream
-//! probes once per request). The HTTP port only opens once the
-//! driver answered GetPluginInfo, so while the driver is missing kubelet sees "connection
-//! refused" instead of a crash-looping probe (upstream #236/#240).
+//! probe runs share its verdict instead of each dialing the driver (module `coalesce`;
+//! upstream probes once per request). The HTTP port only opens once the driver answered
+//! GetPluginInfo, so while the driver is missing kubelet sees "connection refused" instead of
+//! a crash-looping probe (upstream #236/#240).
 
 pub mod args;
 mod coalesce;
