@@ -1,17 +1,22 @@
 //! livenessprobe: serves `/healthz` for the kubelet liveness probe of the CSI driver container.
 //!
-//! Each `/healthz` request opens a fresh connection to the driver socket and calls CSI
-//! `Identity/Probe`, all within `--probe-timeout`: 200 `ok` when the driver is ready, 500 with
-//! the reason otherwise. A fresh connection per request is deliberate (upstream #68: a cached
-//! connection reported "healthy" after the socket was gone). The HTTP port only opens once the
-//! driver answered GetPluginInfo, so while the driver is missing kubelet sees "connection
-//! refused" instead of a crash-looping probe (upstream #236/#240).
+//! A `/healthz` request is answered by a probe: a fresh connection to the driver socket and a
+//! CSI `Identity/Probe` call, all within `--probe-timeout`: 200 `ok` when the driver is ready,
+//! 500 with the reason otherwise. A fresh connection per probe is deliberate (upstream #68: a cached
+//! connection reported "healthy" after the socket was gone). Requests that arrive while a
+//! probe runs share its verdict instead of each dialing the driver (module `coalesce`;
+//! upstream probes once per request). The HTTP port only opens once the driver answered
+//! GetPluginInfo, so while the driver is missing kubelet sees "connection refused" instead of
+//! a crash-looping probe (upstream #236/#240).
 
 pub mod args;
+mod coalesce;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -22,6 +27,8 @@ use csi_common::http::{self as diag, Listener};
 use csi_common::identity::{self, ProbeOutcome};
 use csi_common::metrics::{CsiMetrics, ProcessMetrics};
 use csi_common::status::CsiError;
+
+use crate::coalesce::Coalesced;
 
 /// Everything livenessprobe needs to run, validated from the flags by [`args`].
 #[derive(Clone, Debug)]
@@ -84,6 +91,7 @@ pub async fn run(
         timeout: config.probe_timeout,
         metrics: metrics.clone(),
         log_calls: config.log_grpc_calls,
+        in_flight: Coalesced::new(config.probe_timeout),
     });
     let mut health = Router::new().route(
         "/healthz",
@@ -158,14 +166,19 @@ async fn driver_name(config: &Config, metrics: &CsiMetrics) -> Result<String, Er
     Ok(info.name)
 }
 
-/// Answers one `/healthz` request.
+/// Answers `/healthz` requests.
 #[derive(Debug)]
 struct Prober {
     address: CsiAddress,
     timeout: Duration,
     metrics: CsiMetrics,
     log_calls: bool,
+    /// The probe concurrent requests share (see [`coalesce`]).
+    in_flight: Coalesced<Verdict>,
 }
+
+/// What `/healthz` answers: the status and upstream's body.
+type Verdict = (StatusCode, String);
 
 /// The body upstream answers when Probe says `ready: false`.
 pub(crate) const NOT_READY: &str = "driver responded but is not ready";
@@ -173,9 +186,41 @@ pub(crate) const NOT_READY: &str = "driver responded but is not ready";
 /// The body upstream answers when the probe timeout passed (Go's `context.DeadlineExceeded`).
 pub(crate) const DEADLINE_EXCEEDED: &str = "context deadline exceeded";
 
+/// How long after the probe deadline the whole request is cut off if a step overran its own
+/// deadline (none should: connect and Probe each end at the deadline).
+const BACKSTOP_GRACE: Duration = Duration::from_millis(100);
+
 impl Prober {
-    async fn healthz(&self) -> Response {
-        let verdict = tokio::time::timeout(self.timeout, self.probe()).await;
+    /// Answers one request with the verdict of the running probe or of a new one.
+    async fn healthz(self: Arc<Self>) -> Response {
+        let prober = Arc::clone(&self);
+        let (status, body) = self
+            .in_flight
+            .run(move || async move { prober.check().await })
+            .await
+            .unwrap_or_else(|| {
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the probe task failed".to_owned(),
+                )
+            });
+        // Upstream writes the body without a trailing newline and lets Go sniff text/plain.
+        let mut response = diag::text(status, body);
+        response
+            .headers_mut()
+            .remove(axum::http::header::X_CONTENT_TYPE_OPTIONS);
+        response
+    }
+
+    /// One probe of the driver, logged.
+    async fn check(&self) -> Verdict {
+        // One deadline for connect and Probe, as upstream's one context: a Probe that hangs ends
+        // with the call's own `DeadlineExceeded` status at the deadline (upstream's body
+        // `rpc error: code = DeadlineExceeded desc = context deadline exceeded`). The backstop a
+        // little later only bounds a step that would ignore its deadline.
+        let deadline = Instant::now() + self.timeout;
+        let verdict =
+            tokio::time::timeout_at(deadline + BACKSTOP_GRACE, self.probe(deadline)).await;
         let (status, body) = match verdict {
             Ok(Ok(ProbeOutcome::Ready)) => (StatusCode::OK, "ok".to_owned()),
             Ok(Ok(ProbeOutcome::NotReady)) => {
@@ -192,18 +237,14 @@ impl Prober {
         } else {
             tracing::error!(reason = %body, "health check failed");
         }
-        // Upstream writes the body without a trailing newline and lets Go sniff text/plain.
-        let mut response = diag::text(status, body);
-        response
-            .headers_mut()
-            .remove(axum::http::header::X_CONTENT_TYPE_OPTIONS);
-        response
+        (status, body)
     }
 
-    /// Connects afresh and calls Probe; the caller bounds the whole with the probe timeout.
-    async fn probe(&self) -> Result<ProbeOutcome, String> {
+    /// Connects afresh and calls Probe, both by `deadline` (the probe timeout from the
+    /// request's arrival).
+    async fn probe(&self, deadline: Instant) -> Result<ProbeOutcome, String> {
         let options = ConnectOptions::default()
-            .with_connect_timeout(Some(self.timeout))
+            .with_connect_timeout(Some(deadline.saturating_duration_since(Instant::now())))
             .with_call_timeout(self.timeout)
             .with_call_logging(self.log_calls);
         let (conn, loss) = connection::connect(&self.address, options, self.metrics.clone())
@@ -216,7 +257,10 @@ impl Prober {
         // not a "Lost connection" error (upstream's probe connection never re-dials, so it
         // never logs one).
         loss.expect_close();
-        identity::probe(&conn, self.timeout)
+        // What connecting left of the budget; zero fails the call at once with DeadlineExceeded,
+        // as grpc-go does for a context that has already expired.
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        identity::probe(&conn, remaining)
             .await
             .map_err(|err| match &err {
                 identity::Error::Call { status, .. } => CsiError::from(&**status).to_string(),

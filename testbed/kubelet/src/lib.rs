@@ -19,9 +19,12 @@
 //!   — `true`, or `false` with kubelet's error text, also when a test says so with
 //!   [`Verdict::Reject`].
 //! * **Retries.** A failed attempt is retried with kubelet's exponential backoff (500 ms,
-//!   doubling up to 2 min 2 s). Unlike kubelet, whose backoff is kept per socket path and
-//!   survives a new socket (upstream registrar issue #206), a new socket instance starts
-//!   afresh here.
+//!   doubling up to 2 min 2 s). As in kubelet, the backoff belongs to the socket *path*, not to
+//!   one socket file: kubelet's operation executor runs `RegisterPlugin` through a
+//!   `goroutinemap` keyed by the socket path, which keeps the last error's backoff until an
+//!   operation on that path succeeds. So a registrar that replaces a stale socket
+//!   (after a node reboot, or its own restart after a rejected registration) waits for what
+//!   is left of the path's backoff, up to 2 min 2 s (upstream registrar issue #206).
 //! * **De-registration.** When a registered socket disappears (or is replaced), the plugin is
 //!   de-registered first, as kubelet's reconciler does, and removed from the CSINode.
 //! * **Concurrency.** Like kubelet's operation executor, attempts on different sockets run
@@ -392,10 +395,9 @@ impl Drop for FakeKubelet {
     }
 }
 
-/// Retry state of a socket whose last attempt failed.
+/// Retry state of a socket path whose last attempt failed.
 #[derive(Debug, Clone, Copy)]
 struct Backoff {
-    id: SocketId,
     delay: Duration,
     next: Instant,
 }
@@ -460,9 +462,6 @@ impl Manager {
                 self.deregister(registered).await;
             }
         }
-        self.backoff
-            .retain(|path, b| sockets.get(path) == Some(&b.id));
-
         let now = Instant::now();
         for (path, id) in sockets {
             if self.registered.contains_key(&path)
@@ -518,14 +517,14 @@ impl Manager {
                 notified,
             } => {
                 tracing::info!(socket = %path.display(), %error, "fake kubelet failed to register a plugin");
+                // Kept per path across socket files (see the module docs, issue #206).
                 let delay = match self.backoff.get(&path) {
-                    Some(b) if b.id == id => (b.delay * 2).min(self.config.max_backoff),
-                    _ => self.config.initial_backoff,
+                    Some(b) => (b.delay * 2).min(self.config.max_backoff),
+                    None => self.config.initial_backoff,
                 };
                 self.backoff.insert(
                     path.clone(),
                     Backoff {
-                        id,
                         delay,
                         next: Instant::now() + delay,
                     },

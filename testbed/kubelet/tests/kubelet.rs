@@ -650,3 +650,54 @@ async fn a_missing_node_fails_the_registration_like_kubelet() {
         status.error
     );
 }
+
+/// Kubelet keeps the backoff of a failed registration per socket *path* (its operation
+/// executor's `goroutinemap`, keyed by the path, until an operation there succeeds): a good
+/// socket that replaces a stale one waits for what is left of the path's backoff (upstream
+/// registrar issue #206), it is not tried at once as a new file.
+#[tokio::test]
+async fn a_socket_replacing_a_failed_one_waits_for_the_backoff_of_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver().await;
+    let kubelet = FakeKubelet::start(KubeletConfig {
+        dial_timeout: Duration::from_millis(200),
+        initial_backoff: Duration::from_millis(400),
+        ..KubeletConfig::new(dir.path())
+    })
+    .unwrap();
+    // A stale socket: the file is there, nobody listens (a registrar killed with SIGKILL).
+    let socket = dir.path().join("stale.example.com-reg.sock");
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+
+    // Two failures: the path's next delay is 800 ms.
+    kubelet
+        .wait_until("two failed attempts", WAIT, |s| {
+            let failures = s
+                .events
+                .iter()
+                .filter(|e| matches!(e, KubeletEvent::RegistrationFailed { .. }))
+                .count();
+            (failures >= 2).then_some(())
+        })
+        .await
+        .unwrap();
+    let second_failure = tokio::time::Instant::now();
+    std::fs::remove_file(&socket).unwrap();
+    let _plugin = serve(
+        socket.clone(),
+        csi_info("stale.example.com", driver.socket_path()),
+        0,
+    );
+
+    kubelet
+        .wait_registered("stale.example.com", WAIT)
+        .await
+        .unwrap();
+    let waited = second_failure.elapsed();
+    // 800 ms from the failure, less the moment it took to see it; a new file starting afresh
+    // registers within one poll (100 ms).
+    assert!(
+        waited >= Duration::from_millis(600),
+        "registered {waited:?} after the second failure"
+    );
+}

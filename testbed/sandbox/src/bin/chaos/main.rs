@@ -3,7 +3,8 @@
 //! controller-manager stand-in and the mock CSI driver in this process, and prints a table:
 //! fault, sidecar, object count, converged, orphaned, duplicated, time to converge, sidecar
 //! restarts, what was observed, and upstream's behaviour for the same fault
-//! (docs/reliability.md).
+//! (docs/reliability.md). The node part (`node`) runs the faults of the node sidecars,
+//! csi-node-driver-registrar and livenessprobe, and prints a table of its own.
 //!
 //! `--churn` runs the churn mode instead (bounded resources, [`churn`]).
 //!
@@ -12,6 +13,7 @@
 mod churn;
 mod fault;
 mod garbage;
+mod node;
 mod report;
 mod rig;
 mod scenario;
@@ -92,9 +94,38 @@ struct Args {
     report: Option<PathBuf>,
     #[command(flatten)]
     churn: churn::ChurnArgs,
+    /// Node faults to run (csi-node-driver-registrar, livenessprobe). Given alone, only these
+    /// run; with neither `--sidecar` nor `--fault` nor this, every fault of both parts runs.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    node_fault: Vec<node::NodeFault>,
+    /// How long each node churn row runs, in seconds.
+    #[arg(long, default_value_t = 180)]
+    churn_secs: u64,
+    /// Concurrent `/healthz` requests of the livenessprobe flood.
+    #[arg(long, default_value_t = 2000)]
+    flood: usize,
+    /// How many floods the livenessprobe flood row sends.
+    #[arg(long, default_value_t = 30)]
+    flood_rounds: usize,
 }
 
 impl Args {
+    /// Whether the controller part runs: unless only node faults were asked for.
+    fn controllers(&self) -> bool {
+        self.node_fault.is_empty() || !self.sidecar.is_empty() || !self.fault.is_empty()
+    }
+
+    /// The node faults that run: those asked for, or all when nothing was selected.
+    fn node_faults(&self) -> Vec<node::NodeFault> {
+        if !self.node_fault.is_empty() {
+            self.node_fault.clone()
+        } else if self.sidecar.is_empty() && self.fault.is_empty() {
+            node::ALL.to_vec()
+        } else {
+            Vec::new()
+        }
+    }
+
     fn count(&self, sidecar: Sidecar) -> usize {
         match sidecar {
             Sidecar::Provisioner => self.claims,
@@ -158,6 +189,11 @@ async fn run(args: &Args, argv: &[String]) -> anyhow::Result<report::Report> {
         args.fault.clone()
     };
     let mut report = report::Report::new(argv, args.seed, &work_dir);
+    let sidecars = if args.controllers() {
+        sidecars
+    } else {
+        Vec::new()
+    };
     for &sidecar in &sidecars {
         let binary = bin_dir.join(sidecar.binary());
         anyhow::ensure!(
@@ -182,6 +218,14 @@ async fn run(args: &Args, argv: &[String]) -> anyhow::Result<report::Report> {
             report.rows.push(row);
         }
     }
+    let setup = node::NodeSetup {
+        bin_dir,
+        work_dir,
+        churn: Duration::from_secs(args.churn_secs),
+        flood: args.flood,
+        flood_rounds: args.flood_rounds,
+    };
+    report.node_rows = node::run(&args.node_faults(), &setup).await?;
     report.finish();
     Ok(report)
 }

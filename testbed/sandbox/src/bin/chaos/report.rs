@@ -17,6 +17,8 @@ pub(crate) struct Report {
     started: Instant,
     elapsed_secs: u64,
     pub(crate) rows: Vec<Row>,
+    /// The node part's rows (`node`), shown in a table of their own.
+    pub(crate) node_rows: Vec<crate::node::NodeRow>,
 }
 
 /// `/proc/loadavg`'s three load figures, or `n/a`.
@@ -43,6 +45,7 @@ impl Report {
             started: Instant::now(),
             elapsed_secs: 0,
             rows: Vec::new(),
+            node_rows: Vec::new(),
         }
     }
 
@@ -53,7 +56,7 @@ impl Report {
     }
 
     pub(crate) fn failed(&self) -> bool {
-        self.rows.iter().any(|r| !r.problems.is_empty())
+        self.rows.iter().any(|r| !r.problems.is_empty()) || crate::node::failed(&self.node_rows)
     }
 
     pub(crate) fn render(&self) -> String {
@@ -67,13 +70,21 @@ impl Report {
         );
         let _ = writeln!(s, "- wall time: {} s", self.elapsed_secs);
         let _ = writeln!(s, "- logs: {}\n", self.work_dir.display());
-        let _ = writeln!(
-            s,
-            "| fault | sidecar | objects | converged | orphaned | duplicated | time to converge | restarts | observed | result | upstream's behaviour |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+        if !self.rows.is_empty() {
+            let _ = writeln!(
+                s,
+                "| fault | sidecar | objects | converged | orphaned | duplicated | time to converge | restarts | observed | result | upstream's behaviour |"
+            );
+            let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+        }
         for row in &self.rows {
             let _ = writeln!(s, "{}", render_row(row));
+        }
+        if !self.node_rows.is_empty() {
+            if !self.rows.is_empty() {
+                s.push('\n');
+            }
+            s.push_str(&crate::node::render(&self.node_rows));
         }
         s
     }
