@@ -53,6 +53,7 @@ mod election;
 mod health;
 mod lock;
 mod rules;
+mod timing;
 
 use std::time::Duration;
 
