@@ -488,6 +488,20 @@ fn fast(identity: &str) -> LeaderElectionConfig {
     }
 }
 
+/// Asserts that a takeover at `acquired_at` came at least a lease duration and at most that
+/// plus an observe interval after the holder's last renewal at `renewed` (requests take no time
+/// on the paused clock).
+fn assert_took_over_at_expiry(
+    renewed: Instant,
+    acquired_at: Instant,
+    lease: Duration,
+    observe: Duration,
+) {
+    let took = acquired_at - renewed;
+    assert!(took >= lease, "took over after {took:?}");
+    assert!(took <= lease + observe, "took over after {took:?}");
+}
+
 /// Waits (on the paused clock) until `done` holds.
 async fn until(mut done: impl FnMut() -> bool) {
     while !done() {
@@ -518,11 +532,12 @@ async fn a_standby_takes_over_at_the_expiry_and_never_before_the_old_leader_stop
         stopped_at - acquired_at
     );
     // The standby saw that renewal within an observe interval (250 ms) and attempted at the
-    // expiry; requests take no time on this clock.
-    let took = acquired_at - last_renewal;
-    assert!(
-        took <= Duration::from_millis(3_250),
-        "took over after {took:?}"
+    // expiry.
+    assert_took_over_at_expiry(
+        last_renewal,
+        acquired_at,
+        Duration::from_secs(3),
+        Duration::from_millis(250),
     );
     assert_eq!(api.spec().holder_identity.as_deref(), Some("b"));
 }
@@ -538,13 +553,13 @@ async fn with_upstream_timings_a_killed_leader_is_replaced_half_a_second_after_i
     drop(leader);
     let last_renewal = api.last_write_of("a").unwrap();
     let (acquired_at, _leadership) = standby.await.unwrap();
-    let took = acquired_at - last_renewal;
     // Never before lease duration (= retry period + renew deadline, when the leader would
     // have stopped), at most an observe interval (500 ms) after it.
-    assert!(took >= Duration::from_secs(15), "took over after {took:?}");
-    assert!(
-        took <= Duration::from_millis(15_500),
-        "took over after {took:?}"
+    assert_took_over_at_expiry(
+        last_renewal,
+        acquired_at,
+        Duration::from_secs(15),
+        Duration::from_millis(500),
     );
 }
 
@@ -565,11 +580,11 @@ async fn a_late_renewal_is_seen_at_once_and_restarts_the_expiry() {
     // Killed right after the late renewal: the expiry counts from it, not from `before`.
     drop(leader);
     let (acquired_at, _leadership) = standby.await.unwrap();
-    let took = acquired_at - late_renewal;
-    assert!(took >= Duration::from_secs(3), "took over after {took:?}");
-    assert!(
-        took <= Duration::from_millis(3_250),
-        "took over after {took:?}"
+    assert_took_over_at_expiry(
+        late_renewal,
+        acquired_at,
+        Duration::from_secs(3),
+        Duration::from_millis(250),
     );
 }
 
@@ -760,6 +775,36 @@ async fn failing_renewals_past_the_renew_deadline_report_lost_leadership() {
         "{attempts:?}"
     );
     assert!(attempts.len() >= 4, "{attempts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_frozen_past_its_deadline_gives_up_as_soon_as_it_runs_again() {
+    let api = FakeApi::default();
+    let mut leadership = elector(&api, fast("a")).acquire().await;
+    settle().await;
+    let last_renewal = api.last_write_of("a").unwrap();
+    api.clear_requests();
+    // Frozen (SIGSTOP) for 3.5 s: the clock jumps without the renew task running, as when
+    // the process is stopped in its retry-period sleep.
+    tokio::time::advance(Duration::from_millis(3_500)).await;
+    let resumed = Instant::now();
+    let lost = tokio::time::timeout(Duration::from_secs(10), leadership.lost())
+        .await
+        .expect("still leading 10 s after the freeze");
+    // Its deadline (last renewal + retry period + renew deadline = 3 s) passed while frozen:
+    // lost at once, without another request (client-go would renew for 2 s more first).
+    assert_eq!(Instant::now(), resumed, "{lost}");
+    assert!(resumed - last_renewal > Duration::from_secs(3));
+    assert!(matches!(
+        lost.reason,
+        LostReason::RenewDeadlineExceeded { .. }
+    ));
+    assert!(!leadership.is_leader());
+    assert!(
+        api.requests_of("a").is_empty(),
+        "{:?}",
+        api.requests_of("a")
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -528,18 +528,24 @@ impl Core {
 
     async fn renew_until_failure(&mut self) -> LostReason {
         let retry_period = self.config.retry_period;
+        // acquire() returns right after the write that won the Lease.
+        let mut renewed_at = Instant::now();
         loop {
             self.last_failure = None;
-            let deadline = Instant::now() + self.config.renew_deadline;
+            let now = Instant::now();
+            let deadline =
+                timing::renew_deadline(now, renewed_at, retry_period, self.config.renew_deadline);
             // Dropping the attempt at the deadline also cancels its in-flight request, as the
-            // deadline context does in client-go.
-            let renewed = tokio::time::timeout_at(deadline, async {
-                while self.try_acquire_or_renew().await.is_err() {
-                    tokio::time::sleep(retry_period).await;
-                }
-            })
-            .await
-            .is_ok();
+            // deadline context does in client-go. A deadline already past (the process was
+            // frozen, e.g. SIGSTOP) ends leadership without another request.
+            let renewed = now < deadline
+                && tokio::time::timeout_at(deadline, async {
+                    while self.try_acquire_or_renew().await.is_err() {
+                        tokio::time::sleep(retry_period).await;
+                    }
+                })
+                .await
+                .is_ok();
             self.maybe_report_transition();
             if !renewed {
                 return LostReason::RenewDeadlineExceeded {
@@ -547,6 +553,7 @@ impl Core {
                     last_error: self.last_failure.take(),
                 };
             }
+            renewed_at = Instant::now();
             debug!(lease = %self.shared.lease, "successfully renewed lease");
             tokio::time::sleep(retry_period).await;
         }

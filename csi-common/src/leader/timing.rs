@@ -204,6 +204,25 @@ fn earliest(a: Wake, b: Wake) -> Wake {
     if b.at < a.at { b } else { a }
 }
 
+/// When a leader whose renewal cycle starts at `cycle_start` gives up if no renewal succeeds:
+/// client-go's `cycle_start + renew_deadline`, but never later than `renewed_at` (its last
+/// successful renewal) + retry period + renew deadline, the instant client-go's loop reaches
+/// when the cycle starts on time.
+///
+/// The two differ only when the cycle starts late: the process was frozen (SIGSTOP, a paused
+/// VM) or starved during the retry period's sleep. client-go then keeps leading until a renew
+/// deadline after it runs again, acting for up to that long while a standby may have taken the
+/// Lease at its expiry; here leadership ends as soon as the process runs again. The leader
+/// stops at or before client-go's instant, never after, so standbys of either kind stay safe.
+pub(super) fn renew_deadline(
+    cycle_start: Instant,
+    renewed_at: Instant,
+    retry_period: Duration,
+    renew_deadline: Duration,
+) -> Instant {
+    (cycle_start + renew_deadline).min(renewed_at + retry_period + renew_deadline)
+}
+
 /// client-go `wait.Jitter`: `period` plus up to `JITTER_FACTOR × period`, `unit` in `[0, 1)`.
 pub(super) fn jittered(period: Duration, unit: f64) -> Duration {
     Duration::try_from_secs_f64(period.as_secs_f64() * (1.0 + unit * JITTER_FACTOR))

@@ -282,6 +282,32 @@ fn the_next_attempt_is_never_later_than_a_retry_period_while_reads_succeed() {
 }
 
 #[test]
+fn a_leader_gives_up_a_renew_deadline_after_a_cycle_that_starts_on_time_and_at_once_after_a_freeze()
+{
+    let t0 = Instant::now();
+    let at = |n: u64| t0 + ms(n);
+    let (retry, deadline) = (Duration::from_secs(1), Duration::from_secs(2));
+    // (cycle start, last successful renewal, expected deadline), all in ms from t0.
+    for (start, renewed, expected) in [
+        // The first cycle, right after acquiring: client-go's deadline.
+        (0, 0, 2_000),
+        // A cycle that starts a retry period after the last renewal: the same instant.
+        (1_000, 0, 3_000),
+        // A cycle that starts 2.5 s late (frozen during the sleep): the deadline is the one an
+        // on-time cycle would have had, already past.
+        (3_500, 0, 3_000),
+        // Starved for 300 ms: the cycle keeps the on-time deadline, not 300 ms more.
+        (1_300, 0, 3_000),
+    ] {
+        assert_eq!(
+            renew_deadline(at(start), at(renewed), retry, deadline),
+            at(expected),
+            "cycle at {start} ms, renewed at {renewed} ms"
+        );
+    }
+}
+
+#[test]
 fn jitter_stays_between_one_and_two_point_two_periods() {
     let period = Duration::from_secs(5);
     assert_eq!(jittered(period, 0.0), period);
