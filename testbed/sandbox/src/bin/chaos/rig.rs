@@ -213,16 +213,17 @@ impl Rig {
             .find(|holder| self.replicas.iter().any(|r| &r.name == holder))
     }
 
-    /// The `renewTime` of the Lease held by one of the replicas: the wall-clock instant of the
-    /// holder's last renewal (the replicas run on this machine, so on this clock).
-    pub(crate) fn lease_renewed_at(&self) -> Option<Timestamp> {
+    /// The holder of the sidecar's Lease (one of the replicas) and the `renewTime` of its
+    /// record, read at once: the wall-clock instant of the holder's last renewal (the replicas
+    /// run on this machine, so on this clock).
+    pub(crate) fn lease_renewal(&self) -> Option<(String, Option<Timestamp>)> {
         let leases = self.server.list_objects::<Lease>(Some("default")).ok()?;
         leases.into_iter().filter_map(|l| l.spec).find_map(|spec| {
             let holder = spec.holder_identity?;
             self.replicas
                 .iter()
                 .any(|r| r.name == holder)
-                .then_some(spec.renew_time?.0)
+                .then(|| (holder, spec.renew_time.map(|t| t.0)))
         })
     }
 

@@ -196,14 +196,38 @@ async fn drive(
 
 /// Waits until `name` holds the Lease.
 async fn wait_leader(rig: &Rig, name: &str, timeout: Duration) -> anyhow::Result<Duration> {
+    Ok(wait_takeover(rig, name, timeout).await?.took)
+}
+
+/// How a standby took the Lease over.
+struct Takeover {
+    /// From the call until the standby held the Lease.
+    took: Duration,
+    /// From the old holder's last renewal until the standby held the Lease; `None` when no
+    /// other replica held it meanwhile.
+    since_renewal: Option<Duration>,
+}
+
+/// Waits until `name` holds the Lease, noting the `renewTime` of the last record of the old
+/// holder: a renewal sent before the old holder was stopped may still land after the call.
+async fn wait_takeover(rig: &Rig, name: &str, timeout: Duration) -> anyhow::Result<Takeover> {
     let started = Instant::now();
-    while rig.lease_holder().as_deref() != Some(name) {
+    let mut renewed = None;
+    loop {
+        match rig.lease_renewal() {
+            Some((holder, _)) if holder == name => break,
+            Some((_, renew_time)) => renewed = renew_time.or(renewed),
+            None => {}
+        }
         if started.elapsed() >= timeout {
             bail!("{name} did not take the Lease within {timeout:?}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(started.elapsed())
+    Ok(Takeover {
+        took: started.elapsed(),
+        since_renewal: renewed.map(since),
+    })
 }
 
 /// Wall-clock time since `instant` (a Lease's `renewTime`, written on this machine's clock).
@@ -222,11 +246,11 @@ async fn strike(
     match fault {
         Fault::LeaderKill => {
             rig.leader().context("no leader")?.process.kill();
-            // Read after the kill: no later renewal can land (one in flight would only make
-            // the figure smaller).
-            let renewed = rig.lease_renewed_at().context("no renewTime")?;
-            let took = wait_leader(rig, "replica-b", Duration::from_secs(30)).await?;
-            let since_renewal = since(renewed);
+            let Takeover {
+                took,
+                since_renewal,
+            } = wait_takeover(rig, "replica-b", Duration::from_secs(30)).await?;
+            let since_renewal = since_renewal.context("the old leader's Lease was never seen")?;
             notes.push(format!(
                 "takeover {:.1} s ({:.1} s after the last renewal)",
                 took.as_secs_f64(),
@@ -273,12 +297,15 @@ async fn leader_stop(
 ) -> anyhow::Result<()> {
     let leader = rig.leader().context("no leader")?;
     leader.process.signal(Signal::STOP)?;
-    let renewed = rig.lease_renewed_at().context("no renewTime")?;
-    let took = wait_leader(rig, "replica-b", Duration::from_secs(30)).await?;
+    let Takeover {
+        took,
+        since_renewal,
+    } = wait_takeover(rig, "replica-b", Duration::from_secs(30)).await?;
+    let since_renewal = since_renewal.context("the stopped leader's Lease was never seen")?;
     notes.push(format!(
         "standby leading {:.1} s after SIGSTOP ({:.1} s after the last renewal)",
         took.as_secs_f64(),
-        since(renewed).as_secs_f64()
+        since_renewal.as_secs_f64()
     ));
     let stopped = rig
         .replicas
