@@ -230,6 +230,16 @@ async fn wait_takeover(rig: &Rig, name: &str, timeout: Duration) -> anyhow::Resu
     })
 }
 
+/// Waits until the standby `replica-b` takes the Lease from the stopped or killed leader:
+/// the time from the call and from the leader's last renewal.
+async fn standby_takeover(rig: &Rig) -> anyhow::Result<(Duration, Duration)> {
+    let takeover = wait_takeover(rig, "replica-b", Duration::from_secs(30)).await?;
+    let since_renewal = takeover
+        .since_renewal
+        .context("the old leader's Lease was never seen")?;
+    Ok((takeover.took, since_renewal))
+}
+
 /// Wall-clock time since `instant` (a Lease's `renewTime`, written on this machine's clock).
 fn since(instant: Timestamp) -> Duration {
     Duration::try_from(Timestamp::now().duration_since(instant)).unwrap_or_default()
@@ -246,11 +256,7 @@ async fn strike(
     match fault {
         Fault::LeaderKill => {
             rig.leader().context("no leader")?.process.kill();
-            let Takeover {
-                took,
-                since_renewal,
-            } = wait_takeover(rig, "replica-b", Duration::from_secs(30)).await?;
-            let since_renewal = since_renewal.context("the old leader's Lease was never seen")?;
+            let (took, since_renewal) = standby_takeover(rig).await?;
             notes.push(format!(
                 "takeover {:.1} s ({:.1} s after the last renewal)",
                 took.as_secs_f64(),
@@ -297,11 +303,7 @@ async fn leader_stop(
 ) -> anyhow::Result<()> {
     let leader = rig.leader().context("no leader")?;
     leader.process.signal(Signal::STOP)?;
-    let Takeover {
-        took,
-        since_renewal,
-    } = wait_takeover(rig, "replica-b", Duration::from_secs(30)).await?;
-    let since_renewal = since_renewal.context("the stopped leader's Lease was never seen")?;
+    let (took, since_renewal) = standby_takeover(rig).await?;
     notes.push(format!(
         "standby leading {:.1} s after SIGSTOP ({:.1} s after the last renewal)",
         took.as_secs_f64(),
