@@ -1,5 +1,5 @@
-//! When a standby tries the Lease next: a pure decision from what its reads saw, the timings
-//! and the current instant.
+//! When a standby tries the Lease next ([`next_attempt`]: a pure decision from what its reads
+//! saw, the timings and the current instant) and when a leader gives up ([`renew_deadline`]).
 //!
 //! client-go sleeps `retry period × (1 + up to 1.2 jitter)` between attempts, whatever it saw.
 //! Two lags add up there: a renewal is seen up to 2.2 retry periods after it was written (so
