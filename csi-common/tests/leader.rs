@@ -39,6 +39,8 @@ struct Logged {
     method: Method,
     path: String,
     status: u16,
+    /// When the answer was ready (on the paused clock: when the write took effect).
+    at: Instant,
 }
 
 #[derive(Default)]
@@ -143,6 +145,10 @@ impl FakeApi {
         self.lock().failing.insert(client.to_owned());
     }
 
+    fn clear_failing(&self, client: &str) {
+        self.lock().failing.remove(client);
+    }
+
     fn set_hanging(&self, client: &str) {
         self.lock().hanging.insert(client.to_owned());
     }
@@ -155,6 +161,21 @@ impl FakeApi {
             .filter(|r| r.client == client && r.path.contains("/leases"))
             .map(|r| (r.method.clone(), r.status))
             .collect()
+    }
+
+    /// When the last successful PUT of the Lease by `client` (a renewal or takeover) took effect.
+    fn last_write_of(&self, client: &str) -> Option<Instant> {
+        self.lock()
+            .requests
+            .iter()
+            .rev()
+            .find(|r| {
+                r.client == client
+                    && r.path.contains("/leases")
+                    && r.method == Method::PUT
+                    && r.status == 200
+            })
+            .map(|r| r.at)
     }
 
     fn clear_requests(&self) {
@@ -224,6 +245,7 @@ async fn gate(State(api): State<FakeApi>, request: Request, next: Next) -> Respo
         method,
         path,
         status: response.status().as_u16(),
+        at: Instant::now(),
     });
     response
 }
@@ -431,25 +453,163 @@ async fn a_standby_takes_over_only_a_full_lease_duration_after_it_last_saw_a_cha
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_standby_ignores_an_old_renew_time_and_waits_on_its_own_clock() {
+async fn a_standby_ignores_a_skewed_renew_time_and_waits_on_its_own_clock() {
+    // A Lease held by someone else whose renewTime is years old (a dead leader, or its clock far
+    // behind) or an hour ahead (its clock far ahead): either way the standby takes it exactly
+    // one lease duration after it first saw the record, on its own clock.
+    for renewed in ["2020-01-01T00:00:00.000000Z", "2099-01-01T00:00:00.000000Z"] {
+        let api = FakeApi::default();
+        let renewed: Timestamp = renewed.parse().unwrap();
+        api.put_lease(
+            LeaseSpec {
+                holder_identity: Some("other".into()),
+                lease_duration_seconds: Some(15),
+                acquire_time: Some(MicroTime(renewed)),
+                renew_time: Some(MicroTime(renewed)),
+                lease_transitions: Some(4),
+                ..LeaseSpec::default()
+            },
+            None,
+        );
+        let started = Instant::now();
+        let (acquired_at, _leadership) = spawn_acquire(elector(&api, config("b"))).await.unwrap();
+        assert_eq!(acquired_at - started, Duration::from_secs(15), "{renewed}");
+        assert_eq!(api.spec().lease_transitions, Some(5));
+    }
+}
+
+/// The chaos suite's timings (`FAST_LEADER_ELECTION`): lease 3 s, renew deadline 2 s, retry 1 s.
+fn fast(identity: &str) -> LeaderElectionConfig {
+    LeaderElectionConfig {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_secs(1),
+        ..config(identity)
+    }
+}
+
+/// Asserts that a takeover at `acquired_at` came at least a lease duration and at most that
+/// plus an observe interval after the holder's last renewal at `renewed` (requests take no time
+/// on the paused clock).
+fn assert_took_over_at_expiry(
+    renewed: Instant,
+    acquired_at: Instant,
+    lease: Duration,
+    observe: Duration,
+) {
+    let took = acquired_at - renewed;
+    assert!(took >= lease, "took over after {took:?}");
+    assert!(took <= lease + observe, "took over after {took:?}");
+}
+
+/// Waits (on the paused clock) until `done` holds.
+async fn until(mut done: impl FnMut() -> bool) {
+    while !done() {
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standby_takes_over_at_the_expiry_and_never_before_the_old_leader_stops() {
     let api = FakeApi::default();
-    // A Lease held by someone else whose renewTime is years old (clock skew, or a dead leader).
-    let old: Timestamp = "2020-01-01T00:00:00.000000Z".parse().unwrap();
-    api.put_lease(
-        LeaseSpec {
-            holder_identity: Some("other".into()),
-            lease_duration_seconds: Some(15),
-            acquire_time: Some(MicroTime(old)),
-            renew_time: Some(MicroTime(old)),
-            lease_transitions: Some(4),
-            ..LeaseSpec::default()
-        },
-        None,
+    let mut leader = elector(&api, fast("a")).acquire().await;
+    sleep(Duration::from_millis(500)).await;
+    let standby = spawn_acquire(elector(&api, fast("b")));
+    // Several renewals seen by the standby, then the leader's API requests hang (a partition,
+    // or a SIGSTOP: the leader process keeps its own deadline).
+    sleep(Duration::from_millis(7_300)).await;
+    api.set_hanging("a");
+    let last_renewal = api.last_write_of("a").unwrap();
+    let lost = leader.lost().await;
+    let stopped_at = Instant::now();
+    let (acquired_at, _leadership) = standby.await.unwrap();
+
+    // The old leader gives up one retry period + the renew deadline after its last renewal.
+    assert_eq!(stopped_at - last_renewal, Duration::from_secs(3), "{lost}");
+    assert!(
+        acquired_at >= stopped_at,
+        "took over {:?} before the old leader stopped",
+        stopped_at - acquired_at
     );
-    let started = Instant::now();
-    let (acquired_at, _leadership) = spawn_acquire(elector(&api, config("b"))).await.unwrap();
-    assert!(acquired_at - started >= Duration::from_secs(15));
-    assert_eq!(api.spec().lease_transitions, Some(5));
+    // The standby saw that renewal within an observe interval (250 ms) and attempted at the
+    // expiry.
+    assert_took_over_at_expiry(
+        last_renewal,
+        acquired_at,
+        Duration::from_secs(3),
+        Duration::from_millis(250),
+    );
+    assert_eq!(api.spec().holder_identity.as_deref(), Some("b"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_upstream_timings_a_killed_leader_is_replaced_half_a_second_after_its_lease() {
+    let api = FakeApi::default();
+    let leader = elector(&api, config("a")).acquire().await;
+    sleep(Duration::from_secs(2)).await;
+    let standby = spawn_acquire(elector(&api, config("b")));
+    sleep(Duration::from_secs(31)).await;
+    // SIGKILL: renewals stop, nothing is released.
+    drop(leader);
+    let last_renewal = api.last_write_of("a").unwrap();
+    let (acquired_at, _leadership) = standby.await.unwrap();
+    // Never before lease duration (= retry period + renew deadline, when the leader would
+    // have stopped), at most an observe interval (500 ms) after it.
+    assert_took_over_at_expiry(
+        last_renewal,
+        acquired_at,
+        Duration::from_secs(15),
+        Duration::from_millis(500),
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_renewal_is_seen_at_once_and_restarts_the_expiry() {
+    let api = FakeApi::default();
+    let leader = elector(&api, fast("a")).acquire().await;
+    let standby = spawn_acquire(elector(&api, fast("b")));
+    sleep(Duration::from_millis(5_500)).await;
+    // The leader's next renewal fails, the one after it succeeds late (within its deadline).
+    api.set_failing("a");
+    let before = api.last_write_of("a").unwrap();
+    sleep(Duration::from_millis(1_200)).await;
+    api.clear_failing("a");
+    until(|| api.last_write_of("a") > Some(before)).await;
+    let late_renewal = api.last_write_of("a").unwrap();
+    assert!(late_renewal - before > Duration::from_millis(1_500));
+    // Killed right after the late renewal: the expiry counts from it, not from `before`.
+    drop(leader);
+    let (acquired_at, _leadership) = standby.await.unwrap();
+    assert_took_over_at_expiry(
+        late_renewal,
+        acquired_at,
+        Duration::from_secs(3),
+        Duration::from_millis(250),
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standby_reads_about_twice_per_renewal() {
+    let api = FakeApi::default();
+    let _leader = elector(&api, config("a")).acquire().await;
+    let standby = spawn_acquire(elector(&api, config("b")));
+    // Past the first renewals (a first sighting is read every observe interval until the
+    // record changes), then a minute of steady renewals every 5 s.
+    sleep(Duration::from_secs(11)).await;
+    api.clear_requests();
+    sleep(Duration::from_mins(1)).await;
+    let renewals = api.requests_of("a").len();
+    let reads = api.requests_of("b");
+    assert_eq!(renewals, 12, "{:?}", api.requests_of("a"));
+    assert!(reads.iter().all(|r| *r == (Method::GET, 200)), "{reads:?}");
+    // client-go reads once per 5-11 s; reading every observe interval would be 120.
+    assert!(
+        (renewals..=2 * renewals + 1).contains(&reads.len()),
+        "{} reads for {renewals} renewals",
+        reads.len()
+    );
+    assert!(!standby.is_finished());
+    standby.abort();
 }
 
 #[tokio::test(start_paused = true)]
@@ -615,6 +775,36 @@ async fn failing_renewals_past_the_renew_deadline_report_lost_leadership() {
         "{attempts:?}"
     );
     assert!(attempts.len() >= 4, "{attempts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_frozen_past_its_deadline_gives_up_as_soon_as_it_runs_again() {
+    let api = FakeApi::default();
+    let mut leadership = elector(&api, fast("a")).acquire().await;
+    settle().await;
+    let last_renewal = api.last_write_of("a").unwrap();
+    api.clear_requests();
+    // Frozen (SIGSTOP) for 3.5 s: the clock jumps without the renew task running, as when
+    // the process is stopped in its retry-period sleep.
+    tokio::time::advance(Duration::from_millis(3_500)).await;
+    let resumed = Instant::now();
+    let lost = tokio::time::timeout(Duration::from_secs(10), leadership.lost())
+        .await
+        .expect("still leading 10 s after the freeze");
+    // Its deadline (last renewal + retry period + renew deadline = 3 s) passed while frozen:
+    // lost at once, without another request (client-go would renew for 2 s more first).
+    assert_eq!(Instant::now(), resumed, "{lost}");
+    assert!(resumed - last_renewal > Duration::from_secs(3));
+    assert!(matches!(
+        lost.reason,
+        LostReason::RenewDeadlineExceeded { .. }
+    ));
+    assert!(!leadership.is_leader());
+    assert!(
+        api.requests_of("a").is_empty(),
+        "{:?}",
+        api.requests_of("a")
+    );
 }
 
 #[tokio::test(start_paused = true)]

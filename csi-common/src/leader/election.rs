@@ -17,9 +17,10 @@ use tracing::{debug, error, info, warn};
 use crate::logging::error_chain;
 
 use super::lock::{Lock, LockError, Record};
+use super::timing::{self, NotAcquired, Sighting, Timing};
 use super::{
-    Error, HEALTH_CHECK_TIMEOUT, JITTER_FACTOR, LeaderElectionConfig, LeaderHealth,
-    MASTER_STATUS_METRIC, METRIC_NAME_LABEL_VALUE, Result, SLOWPATH_METRIC,
+    Error, HEALTH_CHECK_TIMEOUT, LeaderElectionConfig, LeaderHealth, MASTER_STATUS_METRIC,
+    METRIC_NAME_LABEL_VALUE, Result, SLOWPATH_METRIC,
 };
 
 const MASTER_STATUS_HELP: &str = "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.";
@@ -58,10 +59,10 @@ impl Shared {
         self.observed().record.clone()
     }
 
-    fn set_observed(&self, record: Record) {
+    fn set_observed(&self, record: Record, at: Instant) {
         let mut observed = self.observed();
         observed.record = record;
-        observed.at = Some(Instant::now());
+        observed.at = Some(at);
     }
 
     /// client-go `IsLeader`: the last observed record names this identity.
@@ -73,10 +74,9 @@ impl Shared {
     /// `leaseDurationSeconds` of local time.
     fn lease_valid(&self, now: Instant) -> bool {
         let observed = self.observed();
-        let secs = u64::try_from(observed.record.lease_duration_seconds).unwrap_or(0);
         observed
             .at
-            .is_some_and(|at| at + Duration::from_secs(secs) > now)
+            .is_some_and(|at| at + observed.record.lease_duration() > now)
     }
 
     fn set_leading(&self, leading: bool) {
@@ -176,6 +176,8 @@ impl LeaderElector {
                 config,
                 shared,
                 observed_raw: None,
+                latest_read_sent: None,
+                sighting: None,
                 reported_leader: String::new(),
                 last_failure: None,
             },
@@ -210,20 +212,36 @@ impl LeaderElector {
     /// Waits until this replica holds the Lease, then starts renewing it in a background task
     /// and returns the [`Leadership`].
     ///
-    /// Like client-go, every failure (API errors, 403, conflicts) is logged and retried after
-    /// the jittered retry period, forever; to give up (e.g. on SIGTERM), drop this future.
+    /// Like client-go, every failure (API errors, 403, conflicts) is logged and retried,
+    /// forever; to give up (e.g. on SIGTERM), drop this future. The attempts are timed so that
+    /// a Lease whose holder died is taken at its expiry (see the `timing` module) rather than
+    /// client-go's jittered retry period; the expiry rule itself is client-go's.
     /// Must run inside a tokio runtime.
     pub async fn acquire(self) -> Leadership {
         let mut core = self.core;
+        let timing = Timing::new(core.config.retry_period);
         info!(lease = %core.shared.lease, "attempting to acquire leader lease");
         loop {
-            let acquired = core.try_acquire_or_renew().await;
+            let attempt = core.try_acquire_or_renew().await;
             core.maybe_report_transition();
-            if acquired {
+            let Err(not_acquired) = attempt else {
                 break;
-            }
-            debug!(lease = %core.shared.lease, "failed to acquire lease");
-            tokio::time::sleep(jittered(core.config.retry_period, unit_random())).await;
+            };
+            let now = Instant::now();
+            let wake = timing::next_attempt(
+                core.sighting.as_ref(),
+                not_acquired,
+                timing,
+                now,
+                unit_random(),
+            );
+            debug!(
+                lease = %core.shared.lease,
+                next_attempt_in = ?wake.at.saturating_duration_since(now),
+                why = ?wake.why,
+                "failed to acquire lease"
+            );
+            tokio::time::sleep_until(wake.at).await;
         }
         core.spawn_event("became leader");
         core.shared.set_leading(true);
@@ -347,6 +365,10 @@ struct Core {
     /// Last record read from the API (client-go `observedRawRecord`); only a difference to this
     /// restarts the local expiry timer.
     observed_raw: Option<Record>,
+    /// When the latest successful read was sent (it returned `observed_raw`).
+    latest_read_sent: Option<Instant>,
+    /// What the reads saw of `observed_raw`, for timing the next attempt.
+    sighting: Option<Sighting>,
     /// Last holder reported in the logs (client-go `reportedLeader`).
     reported_leader: String,
     /// Why the last attempt failed, for the loss report.
@@ -354,8 +376,8 @@ struct Core {
 }
 
 impl Core {
-    /// One attempt of client-go `tryAcquireOrRenew`; true when this replica now holds the Lease.
-    async fn try_acquire_or_renew(&mut self) -> bool {
+    /// One attempt of client-go `tryAcquireOrRenew`; `Ok` when this replica now holds the Lease.
+    async fn try_acquire_or_renew(&mut self) -> Result<(), NotAcquired> {
         let now_wall = Timestamp::now();
         let now = Instant::now();
         let mut desired = Record {
@@ -374,8 +396,8 @@ impl Core {
             desired.lease_transitions = old.lease_transitions;
             match self.lock.update(&desired).await {
                 Ok(()) => {
-                    self.shared.set_observed(desired);
-                    return true;
+                    self.shared.set_observed(desired, Instant::now());
+                    return Ok(());
                 }
                 Err(err) => warn!(
                     lease = %self.shared.lease,
@@ -391,8 +413,8 @@ impl Core {
             Ok(None) => {
                 return match self.lock.create(&desired).await {
                     Ok(()) => {
-                        self.shared.set_observed(desired);
-                        true
+                        self.shared.set_observed(desired, Instant::now());
+                        Ok(())
                     }
                     Err(err) => {
                         self.failed("error initially creating leader election record", &err)
@@ -404,9 +426,9 @@ impl Core {
 
         // 3. Only a changed record restarts the local expiry timer.
         if self.observed_raw.as_ref() != Some(&current) {
-            self.shared.set_observed(current.clone());
-            self.observed_raw = Some(current.clone());
+            self.sight(&current, Instant::now());
         }
+        self.latest_read_sent = Some(now);
         if !current.holder_identity.is_empty()
             && self.shared.lease_valid(now)
             && !self.shared.is_leader()
@@ -420,7 +442,7 @@ impl Core {
                 "lease is held by {} and has not yet expired",
                 current.holder_identity
             ));
-            return false;
+            return Err(NotAcquired::HeldByOther);
         }
 
         // 4. Take over (or renew through the slow path).
@@ -436,18 +458,38 @@ impl Core {
         }
         match self.lock.update(&desired).await {
             Ok(()) => {
-                self.shared.set_observed(desired);
-                true
+                self.shared.set_observed(desired, Instant::now());
+                Ok(())
             }
             Err(err) => self.failed("failed to update lock", &err),
         }
     }
 
-    fn failed(&mut self, what: &str, err: &LockError) -> bool {
+    /// Records that a read answered at `seen_at` returned `current`, which differs from the
+    /// record seen before: client-go's `setObservedRecord`, plus what the timing of the next
+    /// attempt needs.
+    fn sight(&mut self, current: &Record, seen_at: Instant) {
+        let previous = self.observed_raw.replace(current.clone());
+        self.shared.set_observed(current.clone(), seen_at);
+        // Within one holder's term, each write comes at least a retry period after the last
+        // one was acknowledged. A new holder renews at once after acquiring (client-go starts
+        // `renew` right away), so its first write gives no such bound.
+        let same_term = previous.is_some_and(|previous| {
+            previous.holder_identity == current.holder_identity
+                && previous.acquire_time == current.acquire_time
+        });
+        self.sighting = Some(Sighting {
+            seen_at,
+            previous_read_sent: self.latest_read_sent.filter(|_| same_term),
+            lease_duration: current.lease_duration(),
+        });
+    }
+
+    fn failed(&mut self, what: &str, err: &LockError) -> Result<(), NotAcquired> {
         let message = format!("{what}: {}", error_chain(err));
         error!(lease = %self.shared.lease, "{message}");
         self.last_failure = Some(message);
-        false
+        Err(NotAcquired::Failed)
     }
 
     fn maybe_report_transition(&mut self) {
@@ -486,18 +528,24 @@ impl Core {
 
     async fn renew_until_failure(&mut self) -> LostReason {
         let retry_period = self.config.retry_period;
+        // acquire() returns right after the write that won the Lease.
+        let mut renewed_at = Instant::now();
         loop {
             self.last_failure = None;
-            let deadline = Instant::now() + self.config.renew_deadline;
+            let now = Instant::now();
+            let deadline =
+                timing::renew_deadline(now, renewed_at, retry_period, self.config.renew_deadline);
             // Dropping the attempt at the deadline also cancels its in-flight request, as the
-            // deadline context does in client-go.
-            let renewed = tokio::time::timeout_at(deadline, async {
-                while !self.try_acquire_or_renew().await {
-                    tokio::time::sleep(retry_period).await;
-                }
-            })
-            .await
-            .is_ok();
+            // deadline context does in client-go. A deadline already past (the process was
+            // frozen, e.g. SIGSTOP) ends leadership without another request.
+            let renewed = now < deadline
+                && tokio::time::timeout_at(deadline, async {
+                    while self.try_acquire_or_renew().await.is_err() {
+                        tokio::time::sleep(retry_period).await;
+                    }
+                })
+                .await
+                .is_ok();
             self.maybe_report_transition();
             if !renewed {
                 return LostReason::RenewDeadlineExceeded {
@@ -505,6 +553,7 @@ impl Core {
                     last_error: self.last_failure.take(),
                 };
             }
+            renewed_at = Instant::now();
             debug!(lease = %self.shared.lease, "successfully renewed lease");
             tokio::time::sleep(retry_period).await;
         }
@@ -525,7 +574,7 @@ impl Core {
             lease_transitions: self.shared.observed_record().lease_transitions,
         };
         self.lock.update(&record).await?;
-        self.shared.set_observed(record);
+        self.shared.set_observed(record, Instant::now());
         info!(lease = %self.shared.lease, "released leader lease");
         Ok(())
     }
@@ -558,12 +607,6 @@ impl Core {
     }
 }
 
-/// client-go `wait.Jitter`: `period` plus up to `JITTER_FACTOR × period`, `unit` in `[0, 1)`.
-fn jittered(period: Duration, unit: f64) -> Duration {
-    Duration::try_from_secs_f64(period.as_secs_f64() * (1.0 + unit * JITTER_FACTOR))
-        .unwrap_or(period)
-}
-
 /// A random number in `[0, 1)`. The jitter only spreads candidates apart, so the per-instance
 /// random keys of std's `RandomState` are random enough and avoid a dependency.
 fn unit_random() -> f64 {
@@ -584,11 +627,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn jitter_stays_between_one_and_two_point_two_periods() {
-        let period = Duration::from_secs(5);
-        assert_eq!(jittered(period, 0.0), period);
-        assert_eq!(jittered(period, 0.5), Duration::from_secs(8));
-        assert!(jittered(period, 0.999_999) < Duration::from_secs(11));
+    fn random_units_are_in_the_unit_interval() {
         for _ in 0..100 {
             let unit = unit_random();
             assert!((0.0..1.0).contains(&unit), "{unit}");

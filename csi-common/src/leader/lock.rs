@@ -6,6 +6,7 @@
 //! API server refuse (409 Conflict) an update based on a stale read.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -49,6 +50,13 @@ impl Record {
             renew_time: spec.renew_time.as_ref().map(|t| t.0),
             lease_transitions: spec.lease_transitions.unwrap_or_default(),
         }
+    }
+
+    /// `leaseDurationSeconds` as a duration; a negative value counts as zero, so such a Lease
+    /// is expired at once (client-go multiplies by `time.Second` and gets a negative duration,
+    /// with the same effect).
+    pub(super) fn lease_duration(&self) -> Duration {
+        Duration::from_secs(u64::try_from(self.lease_duration_seconds).unwrap_or(0))
     }
 
     /// The whole spec client-go writes: every field set, `holderIdentity` even when empty (a

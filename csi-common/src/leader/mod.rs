@@ -9,11 +9,18 @@
 //!   released Lease), when the holder is this identity, or when the record has not changed for
 //!   `leaseDurationSeconds` **as observed by the local clock**. The Lease's own `renewTime` is
 //!   never compared with the local clock (clock skew between nodes must not matter); only a
-//!   change of the record restarts the local expiry timer. Failed attempts are retried after the
-//!   retry period plus up to 1.2 × retry period of random jitter.
+//!   change of the record restarts the local expiry timer.
+//! * Unlike client-go, a standby does not sleep a jittered retry period between attempts: it
+//!   reads the Lease when the holder's next renewal can first have landed, then every quarter
+//!   retry period (at most 500 ms) until the record changes, and attempts exactly at the
+//!   expiry, so a dead holder is replaced within lease duration + 2 s of its last renewal
+//!   (issue 14). Failed requests back off as client-go's (retry period plus up to 1.2 × retry
+//!   period of jitter), never past a known expiry. See the `timing` module.
 //! * The leader renews every retry period: first an optimistic PUT of the record it last wrote
 //!   (no GET); on failure (e.g. 409 Conflict) it falls back to GET + PUT. If no renewal
-//!   succeeds within the renew deadline, leadership is lost.
+//!   succeeds within the renew deadline, leadership is lost; unlike client-go, that deadline
+//!   never ends later than the last successful renewal + retry period + renew deadline, so a
+//!   leader frozen (SIGSTOP) past it gives up as soon as it runs again.
 //! * `leaseTransitions` is incremented whenever the holder changes; `acquireTime` is kept while
 //!   renewing; times are written as MicroTime (`2026-11-21T15:36:56.181130Z`).
 //!
@@ -23,8 +30,9 @@
 //!
 //! The pieces: [`LeaderElectionConfig`] (which Lease, who we are, the timings; checked as
 //! client-go checks them), the election loop ([`LeaderElector`] and the [`Leadership`] it
-//! returns), [`LeaderHealth`] for `/healthz/leader-election`, and upstream's naming rules
-//! ([`lease_name`], [`identity`], [`namespace_from`]).
+//! returns), the timing of its attempts and deadlines (the private `timing` module),
+//! [`LeaderHealth`] for `/healthz/leader-election`, and upstream's naming rules ([`lease_name`],
+//! [`identity`], [`namespace_from`]).
 //!
 //! ```no_run
 //! # async fn run(client: kube::Client, registry: prometheus::Registry) -> anyhow::Result<()> {
@@ -53,6 +61,7 @@ mod election;
 mod health;
 mod lock;
 mod rules;
+mod timing;
 
 use std::time::Duration;
 

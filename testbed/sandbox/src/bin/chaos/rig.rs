@@ -14,6 +14,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use testbed_cluster::apiserver::{ApiServer, Listening};
 use testbed_cluster::kcm::{self, ControllerManager};
@@ -213,6 +214,20 @@ impl Rig {
             .into_iter()
             .filter_map(|l| l.spec?.holder_identity)
             .find(|holder| self.replicas.iter().any(|r| &r.name == holder))
+    }
+
+    /// The holder of the sidecar's Lease (one of the replicas) and the `renewTime` of its
+    /// record, read at once: the wall-clock instant of the holder's last renewal (the replicas
+    /// run on this machine, so on this clock).
+    pub(crate) fn lease_renewal(&self) -> Option<(String, Option<Timestamp>)> {
+        let leases = self.server.list_objects::<Lease>(Some("default")).ok()?;
+        leases.into_iter().filter_map(|l| l.spec).find_map(|spec| {
+            let holder = spec.holder_identity?;
+            self.replicas
+                .iter()
+                .any(|r| r.name == holder)
+                .then(|| (holder, spec.renew_time.map(|t| t.0)))
+        })
     }
 
     /// The replica holding the Lease.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -22,7 +23,8 @@ use crate::workload::{Tally, Workload};
 
 /// How often progress is read.
 const POLL: Duration = Duration::from_millis(100);
-/// How long the standby may take over after the leader is gone: lease duration + 2 s.
+/// How long the standby may take to take over after the leader's last renewal (hence also
+/// after its death): lease duration + 2 s.
 const TAKEOVER_LIMIT: Duration = Duration::from_secs(LEASE_DURATION.as_secs() + 2);
 
 /// What one scenario found.
@@ -207,14 +209,53 @@ pub(crate) async fn wait_leader(
     name: &str,
     timeout: Duration,
 ) -> anyhow::Result<Duration> {
+    Ok(wait_takeover(rig, name, timeout).await?.took)
+}
+
+/// How a standby took the Lease over.
+struct Takeover {
+    /// From the call until the standby held the Lease.
+    took: Duration,
+    /// From the old holder's last renewal until the standby held the Lease; `None` when no
+    /// other replica held it meanwhile.
+    since_renewal: Option<Duration>,
+}
+
+/// Waits until `name` holds the Lease, noting the `renewTime` of the last record of the old
+/// holder: a renewal sent before the old holder was stopped may still land after the call.
+async fn wait_takeover(rig: &Rig, name: &str, timeout: Duration) -> anyhow::Result<Takeover> {
     let started = Instant::now();
-    while rig.lease_holder().as_deref() != Some(name) {
+    let mut renewed = None;
+    loop {
+        match rig.lease_renewal() {
+            Some((holder, _)) if holder == name => break,
+            Some((_, renew_time)) => renewed = renew_time.or(renewed),
+            None => {}
+        }
         if started.elapsed() >= timeout {
             bail!("{name} did not take the Lease within {timeout:?}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(started.elapsed())
+    Ok(Takeover {
+        took: started.elapsed(),
+        since_renewal: renewed.map(since),
+    })
+}
+
+/// Waits until the standby `replica-b` takes the Lease from the stopped or killed leader:
+/// the time from the call and from the leader's last renewal.
+async fn standby_takeover(rig: &Rig) -> anyhow::Result<(Duration, Duration)> {
+    let takeover = wait_takeover(rig, "replica-b", Duration::from_secs(30)).await?;
+    let since_renewal = takeover
+        .since_renewal
+        .context("the old leader's Lease was never seen")?;
+    Ok((takeover.took, since_renewal))
+}
+
+/// Wall-clock time since `instant` (a Lease's `renewTime`, written on this machine's clock).
+fn since(instant: Timestamp) -> Duration {
+    Duration::try_from(Timestamp::now().duration_since(instant)).unwrap_or_default()
 }
 
 /// Carries out the fault's mid-burst part and notes what it observed.
@@ -228,10 +269,16 @@ async fn strike(
     match fault {
         Fault::LeaderKill => {
             rig.leader().context("no leader")?.process.kill();
-            let took = wait_leader(rig, "replica-b", Duration::from_secs(30)).await?;
-            notes.push(format!("takeover {:.1} s", took.as_secs_f64()));
-            if took > TAKEOVER_LIMIT {
-                problems.push(format!("takeover slower than {TAKEOVER_LIMIT:?}"));
+            let (took, since_renewal) = standby_takeover(rig).await?;
+            notes.push(format!(
+                "takeover {:.1} s ({:.1} s after the last renewal)",
+                took.as_secs_f64(),
+                since_renewal.as_secs_f64()
+            ));
+            if since_renewal > TAKEOVER_LIMIT {
+                problems.push(format!(
+                    "takeover slower than {TAKEOVER_LIMIT:?} after the last renewal"
+                ));
             }
         }
         Fault::LeaderStop => leader_stop(rig, notes, problems).await?,
@@ -269,10 +316,11 @@ async fn leader_stop(
 ) -> anyhow::Result<()> {
     let leader = rig.leader().context("no leader")?;
     leader.process.signal(Signal::STOP)?;
-    let took = wait_leader(rig, "replica-b", Duration::from_secs(30)).await?;
+    let (took, since_renewal) = standby_takeover(rig).await?;
     notes.push(format!(
-        "standby leading {:.1} s after SIGSTOP",
-        took.as_secs_f64()
+        "standby leading {:.1} s after SIGSTOP ({:.1} s after the last renewal)",
+        took.as_secs_f64(),
+        since_renewal.as_secs_f64()
     ));
     let stopped = rig
         .replicas
