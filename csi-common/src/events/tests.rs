@@ -270,3 +270,28 @@ fn the_recorder_never_blocks_when_its_queue_is_full() {
     assert_eq!(rx.try_recv().unwrap().message, "one");
     assert!(rx.try_recv().is_err(), "the second event was dropped");
 }
+
+#[test]
+fn cache_keys_tell_apart_what_client_go_keys_tell_apart() {
+    let key = |parts: &[&str]| super::fingerprint(parts);
+    // Equal parts, equal key: a repeated event finds its entry.
+    assert_eq!(
+        key(&["src", "obj", "Normal", "Reason", "msg"]),
+        key(&["src", "obj", "Normal", "Reason", "msg"])
+    );
+    let distinct = [
+        key(&["src", "obj", "Normal", "Reason", "msg"]),
+        // The same bytes split differently (client-go's separators keep these apart).
+        key(&["src", "obj", "Normal", "Reaso", "nmsg"]),
+        key(&["src", "obj", "Normal", "Reason", "msg2"]),
+        key(&["src", "obj", "Warning", "Reason", "msg"]),
+        // The aggregator's key (no message) differs from the message key.
+        key(&["src", "obj", "Normal", "Reason"]),
+        key(&["src", "obj", "Normal", "Reason", ""]),
+    ];
+    for (i, a) in distinct.iter().enumerate() {
+        for b in &distinct[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+}
