@@ -51,7 +51,7 @@ fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
     assert!(
         path.is_file(),
-        "{} is missing: build the workspace's binaries first (cargo build --workspace --bins, as .ci/run does)",
+        "{} is missing: build the workspace's binaries first (cargo build --workspace --bins; cargo test --workspace builds them too)",
         path.display()
     );
     path
