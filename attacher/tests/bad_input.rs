@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 
@@ -22,7 +22,7 @@ use testbed_mock_csi::{DEFAULT_NODE_ID, Fault, Method, MockDriverConfig};
 use testbed_support::wait::eventually;
 use tonic::Code;
 
-use support::{
+use crate::support::{
     Cluster, PUBLISH_SECRET, TIMEOUT, csi_node, has_our_finalizer, pv_source,
     pv_with_publish_secret, pv_with_spec,
 };

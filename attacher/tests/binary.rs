@@ -5,8 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -20,7 +18,9 @@ use testbed_mock_csi::{
 use testbed_support::wait::eventually;
 use tonic::Code;
 
-use support::{BIN, Cluster, FINALIZER, TIMEOUT, free_port, has_our_finalizer, metrics, pv_source};
+use crate::support::{
+    BIN, Cluster, FINALIZER, TIMEOUT, free_port, has_our_finalizer, metrics, pv_source,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pv_volume_is_attached_and_detached_with_finalizers_annotations_and_events() {

@@ -4,15 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::support::{Cluster, TIMEOUT};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::api::ListParams;
-use support::{Cluster, TIMEOUT};
 use testbed_cluster::kcm::attach_detach;
 use testbed_mock_csi::{DEFAULT_NODE_ID, Fault, Method, MockDriverConfig};
 use testbed_support::leader::FAST_LEADER_ELECTION;

@@ -5,12 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use testbed_mock_csi::{Action, Fault, Garbage, Method, MockDriverConfig, When};
 use testbed_support::wait::eventually;
 
-use support::{Cluster, TIMEOUT, free_port, metrics};
+use crate::support::{Cluster, TIMEOUT, free_port, metrics};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_one_mib_publish_context_is_a_warning_and_the_retry_attaches() {

@@ -4,11 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::{Cluster, LEASE, TIMEOUT};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use support::{Cluster, LEASE, TIMEOUT};
 use testbed_mock_csi::MockDriverConfig;
 use testbed_support::leader::FAST_LEADER_ELECTION;
 use testbed_support::process::{ChildProcess, Signal};

@@ -5,8 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::PersistentVolumeSpec;
@@ -18,7 +16,7 @@ use proto::csi::v1::volume_capability::{AccessType, BlockVolume, MountVolume};
 use testbed_cluster::kcm::attach_detach;
 use testbed_mock_csi::{ControllerRpc, DEFAULT_NODE_ID, Method, MockDriverConfig, MockVolume};
 
-use support::{
+use crate::support::{
     Cluster, FINALIZER, TIMEOUT, csi_source, finalizers, has_our_finalizer, pv,
     pv_with_publish_secret, pv_with_spec,
 };

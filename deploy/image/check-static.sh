@@ -10,4 +10,4 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 deploy/image/build-static.sh target/static-bin dev
-cargo test --locked -p testbed-deploy-check --test static_binary -- --include-ignored
+cargo test --locked -p testbed-deploy-check --test integration -- static_binary:: --include-ignored

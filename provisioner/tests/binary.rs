@@ -6,11 +6,10 @@
     reason = "shared assertion helpers of the tests panic on failure"
 )]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::storage::v1::{
@@ -23,7 +22,6 @@ use proto::csi::v1::volume_capability::AccessType;
 use proto::csi::v1::volume_capability::access_mode::Mode;
 use proto::csi::v1::{CreateVolumeRequest, DeleteVolumeRequest};
 use serde_json::json;
-use support::*;
 use testbed_mock_csi::{ControllerRpc, Fault, Method, When};
 use tonic::Code;
 

@@ -7,11 +7,10 @@
     reason = "shared assertion helpers of the tests panic on failure"
 )]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use kube::Api;
@@ -20,7 +19,6 @@ use kube::api::{
     PostParams,
 };
 use serde_json::json;
-use support::*;
 use testbed_cluster::apiserver;
 use testbed_mock_csi::{
     DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, Fault, Method, MockDriverConfig, When,

@@ -9,10 +9,9 @@
     reason = "shared assertion helpers of the tests panic on failure"
 )]
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, TypedObjectReference};
 use kube::Api;
 use kube::api::{
@@ -22,7 +21,6 @@ use proto::csi::v1::controller_client::ControllerClient;
 use proto::csi::v1::volume_content_source::Type;
 use proto::csi::v1::{CreateSnapshotRequest, CreateVolumeRequest, DeleteVolumeRequest};
 use serde_json::json;
-use support::*;
 use testbed_mock_csi::{Action, ControllerRpc, Fault, Method, When};
 use tonic::Code;
 

@@ -9,12 +9,10 @@
     reason = "shared assertion helpers of the tests panic on failure"
 )]
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::core::v1::PersistentVolume;
-use support::*;
 use testbed_mock_csi::{
     Action, DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY, Fault, Garbage, Method, When,
 };

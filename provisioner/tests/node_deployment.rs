@@ -7,18 +7,16 @@
     reason = "shared assertion helpers of the tests panic on failure"
 )]
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use proto::csi::v1::{CreateVolumeRequest, DeleteVolumeRequest, GetCapacityRequest};
-use support::*;
 use testbed_mock_csi::{
     DEFAULT_TOPOLOGY_KEY, Method, MockDriver, MockDriverConfig, MockDriverHandle, PluginCapability,
     PluginService,

@@ -8,17 +8,15 @@
     reason = "shared assertion helpers of the tests panic on failure"
 )]
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::storage::v1::VolumeAttributesClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 use proto::csi::v1::CreateVolumeRequest;
-use support::*;
 use testbed_mock_csi::{ControllerRpc, Method, MockDriverConfig};
 
 /// Generous: the tests run in parallel on small CI machines.

@@ -4,8 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -22,7 +20,7 @@ use testbed_support::process::ChildProcess;
 use testbed_support::wait::eventually;
 use tonic::Code;
 
-use support::*;
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn online_expansion_without_node_expansion_completes_the_claim() {

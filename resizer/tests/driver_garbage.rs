@@ -6,14 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::time::Duration;
 
 use testbed_mock_csi::{Action, Fault, Garbage, Method, When};
 use testbed_support::wait::eventually;
 
-use support::*;
+use crate::support::*;
 
 /// Runs one garbage answer to a 1Gi -> 2Gi expansion and checks the outcome.
 async fn garbage_then_good(answered: i64) {

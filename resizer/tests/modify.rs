@@ -4,8 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -22,7 +20,7 @@ use testbed_mock_csi::{ControllerRpc, Fault, Method, MockDriverConfig, When};
 use testbed_support::wait::eventually;
 use tonic::Code;
 
-use support::*;
+use crate::support::*;
 
 /// A driver that expands without node expansion and modifies.
 fn modify_driver() -> MockDriverConfig {

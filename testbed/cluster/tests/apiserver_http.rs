@@ -9,9 +9,7 @@
     reason = "test helpers: a failed step should panic with its error"
 )]
 
-mod apiserver_support;
-
-use apiserver_support::*;
+use crate::apiserver_support::*;
 use base64::Engine;
 use serde_json::json;
 use testbed_cluster::apiserver::ApiServer;

@@ -9,9 +9,7 @@
     reason = "test helpers: a failed step should panic with its error"
 )]
 
-mod apiserver_support;
-
-use apiserver_support::*;
+use crate::apiserver_support::*;
 use serde_json::json;
 
 #[tokio::test(start_paused = true)]

@@ -1,0 +1,9 @@
+//! The crate's integration tests, one module per file of tests/, linked as one test binary:
+//! with a binary per file, the build linked every dependency once for each file. Run one
+//! file's tests with `cargo test --test integration <file>::`.
+
+mod support;
+
+mod binary;
+mod driver_garbage;
+mod modify;

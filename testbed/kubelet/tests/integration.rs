@@ -1,0 +1,6 @@
+//! The crate's integration tests, one module per file of tests/, linked as one test binary:
+//! with a binary per file, the build linked every dependency once for each file. Run one
+//! file's tests with `cargo test --test integration <file>::`.
+
+mod grpc_dial;
+mod kubelet;
