@@ -36,7 +36,10 @@ use tonic::Code;
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_csi-resizer");
 pub(crate) const DRIVER: &str = "hostpath.csi.k8s.io";
 pub(crate) const GI: i64 = 1 << 30;
-pub(crate) const TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a test waits for a positive signal before it fails; a passing test never waits
+/// it out. 60 s, not 20: on a loaded 2-core machine (a build beside the tests, 30-40 % steal)
+/// eight publish retries of `contention.rs` took 20 s.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// API server, mock driver with `vol-1` (1Gi), and claim `default/data` bound to `pv-1`.
 pub(crate) struct Cluster {
