@@ -46,7 +46,7 @@ pub(crate) const FINALIZER: &str = "external-attacher/hostpath-csi-k8s-io";
 /// How long a test waits for a positive signal before it fails; a passing test never waits
 /// it out. 60 s, not 20: on a loaded 2-core machine (a build beside the tests, 30-40 % steal)
 /// eight publish retries of `contention.rs` took 20 s.
-pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const TIMEOUT: Duration = Duration::from_mins(1);
 
 /// API server, mock driver (with `vol-1` and a CSINode for `DEFAULT_NODE_ID`), one attacher.
 pub(crate) struct Cluster {
