@@ -507,7 +507,6 @@ async fn churn(node: &mut Node, f: &mut Findings, duration: Duration) -> anyhow:
     f.expect(wrong == 0, || {
         format!("{wrong} /healthz answers were not 200 ok")
     });
-    let end = Sample::read(pid, started.elapsed())?;
     f.saw(format!(
         "{cycle} kubelet restarts ({} with the socket wiped) and {} /healthz over {:.0} s; slowest re-registration {:.1} s",
         cycle / 3,
@@ -515,6 +514,6 @@ async fn churn(node: &mut Node, f: &mut Findings, duration: Duration) -> anyhow:
         started.elapsed().as_secs_f64(),
         slowest.as_secs_f64()
     ));
-    check_levels(f, &samples, window, &end)?;
+    check_levels(f, &samples, window, pid, started).await?;
     Ok(())
 }
