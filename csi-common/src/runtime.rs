@@ -18,6 +18,9 @@
 //! cgroup paths from `/proc/self/cgroup` are not followed.
 //!
 //! Reading uses blocking `std::fs`, because it happens in `main` before the runtime exists.
+//!
+//! A sidecar that only waits on the driver (livenessprobe) asks for [`Threads::One`] instead
+//! and ignores the flag: one thread on every node, whatever its core count.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -169,18 +172,39 @@ fn parse_positive(path: &Path, text: &str) -> Result<u64> {
         })
 }
 
-/// Builds the multi-threaded tokio runtime every sidecar's `main` runs on, sized by
-/// [`worker_threads`] from the container's cgroup at [`DEFAULT_CGROUP_ROOT`].
+/// The threads a sidecar's runtime runs its tasks on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    /// Only `main`'s thread (tokio's current-thread runtime). For a sidecar whose work is
+    /// waiting on the driver: one thread whatever the node's core count, one allocator arena,
+    /// so the memory a burst of requests leaves behind is bounded and small.
+    One,
+    /// Worker threads sized by [`worker_threads`] from the container's cgroup at
+    /// [`DEFAULT_CGROUP_ROOT`]; `automaxprocs` is the `--automaxprocs` flag.
+    Workers {
+        /// `--automaxprocs`.
+        automaxprocs: bool,
+    },
+}
+
+/// Builds the tokio runtime a sidecar's `main` runs on, with the given [`Threads`].
 ///
 /// # Errors
 /// If the runtime cannot be created (for example when threads cannot be spawned).
-pub fn build(automaxprocs: bool) -> std::io::Result<tokio::runtime::Runtime> {
-    let available = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let threads = worker_threads(automaxprocs, Path::new(DEFAULT_CGROUP_ROOT), available);
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
+pub fn build(threads: Threads) -> std::io::Result<tokio::runtime::Runtime> {
+    match threads {
+        Threads::One => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Threads::Workers { automaxprocs } => {
+            let available = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+            let workers = worker_threads(automaxprocs, Path::new(DEFAULT_CGROUP_ROOT), available);
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .build()
+        }
+    }
 }
 
 /// The end of every sidecar's `main`: builds the runtime ([`build`]), installs the
@@ -193,14 +217,15 @@ pub fn build(automaxprocs: bool) -> std::io::Result<tokio::runtime::Runtime> {
 /// use std::process::ExitCode;
 ///
 /// fn main() -> ExitCode {
-///     csi_common::runtime::block_on_until_signal(false, "shutting down", |shutdown| async move {
+///     let threads = csi_common::runtime::Threads::Workers { automaxprocs: false };
+///     csi_common::runtime::block_on_until_signal(threads, "shutting down", |shutdown| async move {
 ///         shutdown.await; // a sidecar's run(config, shutdown) goes here
 ///         ExitCode::SUCCESS
 ///     })
 /// }
 /// ```
 pub fn block_on_until_signal<F, Fut>(
-    automaxprocs: bool,
+    threads: Threads,
     stopping: &'static str,
     main: F,
 ) -> std::process::ExitCode
@@ -208,7 +233,7 @@ where
     F: FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> Fut,
     Fut: std::future::Future<Output = std::process::ExitCode>,
 {
-    let runtime = match build(automaxprocs) {
+    let runtime = match build(threads) {
         Ok(runtime) => runtime,
         Err(err) => {
             tracing::error!(error = %err, "cannot start the async runtime");

@@ -18,7 +18,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let automaxprocs = args.logging.automaxprocs;
+    if args.logging.automaxprocs {
+        tracing::info!("--automaxprocs has no effect: livenessprobe runs on one thread");
+    }
     let config = match Config::try_from(args) {
         Ok(config) => config,
         Err(err) => {
@@ -31,8 +33,10 @@ fn main() -> ExitCode {
         "livenessprobe starting"
     );
 
+    // One thread: the probe's work is waiting on the driver's Probe, so more threads would
+    // only add memory (a stack and an allocator arena each) on every node of the DaemonSet.
     csi_common::runtime::block_on_until_signal(
-        automaxprocs,
+        csi_common::runtime::Threads::One,
         "shutting down",
         |shutdown| async move {
             match livenessprobe::run(config, shutdown).await {

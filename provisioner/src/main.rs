@@ -46,7 +46,7 @@ fn main() -> ExitCode {
     );
 
     csi_common::runtime::block_on_until_signal(
-        automaxprocs,
+        csi_common::runtime::Threads::Workers { automaxprocs },
         "shutting down",
         |shutdown| async move {
             // Boxed: the controllers' state machines make a large future (clippy::large_futures).

@@ -58,7 +58,7 @@ fn main() -> ExitCode {
     // Connection tasks are not waited for (a NotifyRegistrationStatus left unanswered on
     // purpose): block_on_until_signal drops the runtime in the background.
     csi_common::runtime::block_on_until_signal(
-        automaxprocs,
+        csi_common::runtime::Threads::Workers { automaxprocs },
         "Shutting down: removing the registration socket",
         |shutdown| async move {
             match registrar::run(config, shutdown).await {

@@ -37,7 +37,7 @@ fn main() -> ExitCode {
         &|path| std::fs::read_to_string(path).ok(),
     );
     csi_common::runtime::block_on_until_signal(
-        automaxprocs,
+        csi_common::runtime::Threads::Workers { automaxprocs },
         "shutting down",
         |shutdown| async move {
             let result = resizer::run(config, environment, shutdown).await;
