@@ -161,11 +161,11 @@ pub(crate) fn managed_by(node: Option<&str>) -> String {
     // Go's `fmt.Sprintf("%x", fnv.New32a().Sum32())`: lower-case hex without padding.
     let hash = format!("{:x}", fnv1a_32(node.as_bytes()));
     let room = LABEL_VALUE_MAX - MANAGED_BY.len() - hash.len() - 2;
-    // Node names are DNS subdomains (ASCII), so byte indexing cannot split a character; the
-    // kept part must end alphanumeric before the `-` (label value syntax).
-    let kept = node
-        .get(..room)
-        .unwrap_or(node)
+    // Node names are DNS subdomains (ASCII); a malformed `--node-name` may not be, so the cut
+    // goes back to a character boundary rather than keeping the whole name, which made the
+    // value longer than a label allows (found by the capacity property test). The kept part
+    // must end alphanumeric before the `-` (label value syntax).
+    let kept = node[..node.floor_char_boundary(room)]
         .trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
     if kept.is_empty() {
         format!("{MANAGED_BY}-{hash}")

@@ -15,7 +15,7 @@
 //! The decisions are in [`decide`]; what is left out of upstream is listed in
 //! docs/compatibility.md (no worker sleeps while waiting: the wait is a delayed requeue).
 
-mod decide;
+pub(crate) mod decide;
 pub(crate) mod owner;
 
 use std::collections::BTreeMap;

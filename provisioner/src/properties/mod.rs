@@ -1,6 +1,7 @@
 //! Property tests (issue 14, hostile input) of the pure functions csi-provisioner feeds user
 //! objects to: secret-reference templates, StorageClass parameters, topology requirements and
-//! PV node affinity, the claim and volume decisions, and clone sources. Each property states an
+//! PV node affinity, the claim and volume decisions, clone and snapshot sources, capacity
+//! tracking and node deployment. Each property states an
 //! invariant from the CSI spec or upstream's behaviour (spec provisioner.md §3, §4.1, §4.3,
 //! §4.4, §5) and must hold for arbitrary input, hostile strings included; no input may panic.
 //!
@@ -8,8 +9,11 @@
 //! Executions per run: the `cases` of each `proptest!` block times its properties; the totals
 //! are in docs/reliability.md "Hostile input".
 
+mod capacity;
 mod decide;
+mod node;
 mod params;
+mod snapshot;
 mod source;
 mod templates;
 mod topology;
@@ -39,5 +43,26 @@ fn hostile() -> impl Strategy<Value = String> {
         "[a-z0-9.-]{0,12}",
         "[A-Za-z0-9$@{}()'\\[\\]./_ -]{0,16}",
         "[\\x00-\\x1f\u{202e}\u{fffd}é-]{0,8}",
+    ]
+}
+
+/// A claim's storage request: the sizes the properties compare with, absent, or hostile.
+fn size() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        3 => Just(Some("1Gi".to_owned())),
+        3 => Just(Some("2Gi".to_owned())),
+        2 => Just(Some("1073741824".to_owned())),
+        1 => Just(None),
+        1 => hostile().prop_map(Some),
+    ]
+}
+
+/// A `volumeMode`: absent (Filesystem), either mode, or hostile.
+fn mode() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        3 => Just(None),
+        2 => Just(Some("Filesystem".to_owned())),
+        2 => Just(Some("Block".to_owned())),
+        1 => hostile().prop_map(Some),
     ]
 }

@@ -16,7 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
 use proto::csi::v1::volume_content_source::{Type, VolumeSource};
 
-use super::{config, hostile};
+use super::{config, hostile, mode, size};
 use crate::source::{CloneInputs, SourceKind, SourceRef, decide_clone};
 
 const DRIVER: &str = "csi.example.com";
@@ -26,25 +26,6 @@ fn mostly(good: &'static str) -> impl Strategy<Value = Option<String>> {
     prop_oneof![
         16 => Just(Some(good.to_owned())),
         1 => Just(None),
-        1 => hostile().prop_map(Some),
-    ]
-}
-
-fn size() -> impl Strategy<Value = Option<String>> {
-    prop_oneof![
-        3 => Just(Some("1Gi".to_owned())),
-        3 => Just(Some("2Gi".to_owned())),
-        2 => Just(Some("1073741824".to_owned())),
-        1 => Just(None),
-        1 => hostile().prop_map(Some),
-    ]
-}
-
-fn mode() -> impl Strategy<Value = Option<String>> {
-    prop_oneof![
-        3 => Just(None),
-        2 => Just(Some("Filesystem".to_owned())),
-        2 => Just(Some("Block".to_owned())),
         1 => hostile().prop_map(Some),
     ]
 }

@@ -489,6 +489,14 @@ fn the_managed_by_value_names_the_node_and_fits_a_label() {
         dotted.starts_with(&format!("external-provisioner-{}-", "a".repeat(32))),
         "{dotted}"
     );
+    // A malformed, non-ASCII node name is cut at a character boundary, not kept whole.
+    // (The 33rd byte falls inside the `é`.)
+    let unicode = managed_by(Some(&format!("{}é{}", "a".repeat(32), "a".repeat(40))));
+    assert!(unicode.len() <= 63, "{unicode}");
+    assert!(
+        unicode.starts_with(&format!("external-provisioner-{}-", "a".repeat(32))),
+        "{unicode}"
+    );
 }
 
 #[test]
