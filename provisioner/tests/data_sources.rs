@@ -21,7 +21,7 @@ use proto::csi::v1::controller_client::ControllerClient;
 use proto::csi::v1::volume_content_source::Type;
 use proto::csi::v1::{CreateSnapshotRequest, CreateVolumeRequest, DeleteVolumeRequest};
 use serde_json::json;
-use testbed_mock_csi::{Action, ControllerRpc, Fault, Method, When};
+use testbed_mock_csi::{Action, Fault, Method, When};
 use tonic::Code;
 
 /// Generous: the tests run in parallel on small CI machines.
@@ -32,12 +32,7 @@ const SNAPSHOT_FINALIZER: &str =
     "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
 
 async fn cluster() -> Cluster {
-    let mut config = driver_config();
-    config.controller_capabilities.extend([
-        ControllerRpc::CloneVolume,
-        ControllerRpc::CreateDeleteSnapshot,
-    ]);
-    let cluster = Cluster::with_driver(config).await;
+    let cluster = Cluster::with_driver(data_source_driver_config()).await;
     cluster.create_class(class("fast", "Immediate")).await;
     cluster
 }

@@ -8,5 +8,6 @@ mod binary;
 mod capacity;
 mod data_sources;
 mod driver_garbage;
+mod hostile_objects;
 mod node_deployment;
 mod volume_attributes_class;

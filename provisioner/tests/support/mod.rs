@@ -325,6 +325,16 @@ pub(crate) fn driver_config() -> MockDriverConfig {
     }
 }
 
+/// [`driver_config`] with the capabilities data sources need: clones and snapshots.
+pub(crate) fn data_source_driver_config() -> MockDriverConfig {
+    let mut config = driver_config();
+    config.controller_capabilities.extend([
+        testbed_mock_csi::ControllerRpc::CloneVolume,
+        testbed_mock_csi::ControllerRpc::CreateDeleteSnapshot,
+    ]);
+    config
+}
+
 pub(crate) fn class(name: &str, binding: &str) -> StorageClass {
     StorageClass {
         metadata: ObjectMeta {
