@@ -64,6 +64,19 @@ const CONNECT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
 
 const UNIX_SCHEME: &str = "unix://";
 
+/// The largest header block (the driver's response headers and trailers, `grpc-message`
+/// included) the client accepts: grpc-go's client default (`defaultClientMaxHeaderListSize`,
+/// 16 MiB). hyper's own default is 16 KiB, and a driver error message longer than that broke
+/// the whole connection, so the sidecar exited on "Lost connection" and, restarted, met the
+/// same error again; upstream's client takes such a message as the call's error.
+const MAX_HEADER_LIST_SIZE: u32 = 16 << 20;
+
+/// The endpoint every driver connection is made from. Its URI only supplies :authority (the
+/// connector ignores it); grpc-go uses "localhost" for unix targets.
+fn endpoint() -> Endpoint {
+    Endpoint::from_static("http://localhost").http2_max_header_list_size(MAX_HEADER_LIST_SIZE)
+}
+
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -415,8 +428,7 @@ pub async fn connect(
 /// If the socket cannot be connected or the HTTP/2 handshake fails.
 pub async fn dial_once(path: &Path) -> std::result::Result<Channel, tonic::transport::Error> {
     let path = path.to_owned();
-    // The URI only fills in :authority; the connector ignores it.
-    Endpoint::from_static("http://localhost")
+    endpoint()
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let path = path.clone();
             async move { UnixStream::connect(path).await.map(TokioIo::new) }
@@ -431,8 +443,7 @@ async fn dial_until_connected(
     loss: &LossReport,
     in_use: &Weak<()>,
 ) -> Channel {
-    // The URI only supplies :authority; grpc-go uses "localhost" for unix targets.
-    let endpoint = Endpoint::from_static("http://localhost");
+    let endpoint = endpoint();
     let mut backoff = INITIAL_CONNECT_BACKOFF;
     loop {
         // A fresh dialer per attempt: a dial that succeeded during an attempt whose HTTP/2

@@ -200,3 +200,48 @@ async fn an_empty_topology_segment_gives_a_pv_without_node_affinity() {
     still_provisions(&cluster, &provisioner).await;
     every_driver_volume_has_a_pv(&cluster).await;
 }
+
+/// DeleteVolume answers no fields (CSI spec: `DeleteVolumeResponse {}`), so the only garbage
+/// it can return is in its status: here a megabyte of error message on every call. The PV
+/// stays (no volume is forgotten), each failure is a Warning naming the driver's code, the
+/// memory stays bounded while the retries go on, and the volume is deleted once the driver
+/// answers. Before the client accepted grpc-go's 16 MiB of headers, such a message broke the
+/// connection and the sidecar exited 1 ("Lost connection"), again after every restart.
+#[tokio::test]
+async fn a_megabyte_delete_volume_error_is_a_warning_and_the_volume_is_deleted_later() {
+    let cluster = Cluster::start().await;
+    cluster.create_class(class("fast", "Immediate")).await;
+    let provisioner = cluster.provisioner("csi-provisioner-0", &[]);
+    cluster.create_claim("data", "fast", "1Gi").await;
+    let (_, volume) = cluster.bound("data", SHORT).await;
+    let pv = volume.metadata.name.unwrap();
+    cluster.driver.inject(Fault::error(
+        Method::DeleteVolume,
+        tonic::Code::Internal,
+        "x".repeat(1 << 20),
+    ));
+    cluster.delete_claim("data").await;
+    let failed = eventually("three failed DeleteVolume calls", SHORT, async || {
+        (cluster.driver.call_count(Method::DeleteVolume) >= 3).then_some(())
+    });
+    failed.await;
+    let warning = cluster.first_event("VolumeFailedDelete", SHORT).await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    let message = warning.message.unwrap();
+    assert!(
+        message.starts_with("rpc error: code = Internal desc = xxx"),
+        "{}",
+        &message[..80.min(message.len())]
+    );
+    assert!(cluster.volumes().get_opt(&pv).await.unwrap().is_some());
+    let rss = provisioner
+        .metric("process_resident_memory_bytes")
+        .await
+        .unwrap();
+    assert!(rss < 256.0 * 1024.0 * 1024.0, "RSS {rss} bytes");
+    cluster.driver.clear_faults();
+    cluster.volume_gone(&pv, SHORT).await;
+    assert!(cluster.driver.volumes().is_empty());
+    // The whole message, as upstream's Event has it (the correlator keeps only hashes).
+    assert!(message.len() > 1 << 20, "{} bytes", message.len());
+}
