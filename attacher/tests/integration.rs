@@ -8,5 +8,6 @@ mod bad_input;
 mod binary;
 mod contention;
 mod driver_garbage;
+mod flags;
 mod lifecycle;
 mod publish;

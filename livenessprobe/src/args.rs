@@ -186,4 +186,13 @@ mod tests {
         let err = config(&["--csi-address=csi.sock"]).unwrap_err();
         assert!(matches!(err, ConfigError::Address(_)), "{err}");
     }
+
+    // Exit 1: `main` exits 1 on a configuration error.
+    testbed_support::flag_property!(
+        "livenessprobe",
+        Args,
+        |line| flags::parse::<Args, _, _>(line),
+        |args| Config::try_from(args).map(drop).map_err(|_| 1),
+        &[1],
+    );
 }

@@ -8,6 +8,7 @@ mod binary;
 mod capacity;
 mod data_sources;
 mod driver_garbage;
+mod flags;
 mod hostile_objects;
 mod node_deployment;
 mod volume_attributes_class;

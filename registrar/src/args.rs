@@ -414,4 +414,13 @@ mod tests {
         assert!(config(&[HOST_SOCKET, "-v=5"]).log_grpc_calls);
         assert!(!config(&[HOST_SOCKET, "-v=4"]).log_grpc_calls);
     }
+
+    // Exit 1: `main` exits 1 on a configuration error.
+    testbed_support::flag_property!(
+        "csi-node-driver-registrar",
+        Args,
+        |line| flags::parse::<Args, _, _>(line),
+        |args| Startup::try_from(args).map(drop).map_err(|_| 1),
+        &[1],
+    );
 }

@@ -6,4 +6,5 @@ mod support;
 
 mod binary;
 mod driver_garbage;
+mod flags;
 mod modify;
