@@ -7,4 +7,5 @@ mod support;
 mod binary;
 mod driver_garbage;
 mod flags;
+mod hostile_objects;
 mod modify;
