@@ -19,8 +19,9 @@
 //!
 //! Reading uses blocking `std::fs`, because it happens in `main` before the runtime exists.
 //!
-//! A sidecar that only waits on the driver (livenessprobe) asks for [`Threads::One`] instead
-//! and ignores the flag: one thread on every node, whatever its core count.
+//! A sidecar that only waits on the driver and kubelet (livenessprobe, node-driver-registrar)
+//! asks for [`Threads::One`] instead and ignores the flag: one thread on every node, whatever
+//! its core count.
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -26,6 +26,9 @@ fn main() -> ExitCode {
         }
     };
     let automaxprocs = args.logging.automaxprocs;
+    if automaxprocs {
+        tracing::info!("--automaxprocs has no effect: node-driver-registrar runs on one thread");
+    }
     let connection_timeout_set = !args.connection_timeout.is_zero();
     let enable_pprof = args.enable_pprof;
     let mode = args.mode.clone();
@@ -56,9 +59,11 @@ fn main() -> ExitCode {
     }
 
     // Connection tasks are not waited for (a NotifyRegistrationStatus left unanswered on
-    // purpose): block_on_until_signal drops the runtime in the background.
+    // purpose): block_on_until_signal drops the runtime in the background. One thread: the
+    // registrar only answers kubelet and its health checks, so more threads would only add
+    // memory (a stack and an allocator arena each) on every node of the DaemonSet.
     csi_common::runtime::block_on_until_signal(
-        csi_common::runtime::Threads::Workers { automaxprocs },
+        csi_common::runtime::Threads::One,
         "Shutting down: removing the registration socket",
         |shutdown| async move {
             match registrar::run(config, shutdown).await {
