@@ -437,6 +437,8 @@ async fn resync_loop<D: Send + Sync + 'static>(
 /// One VolumeAttachment, from either queue: decided from the cache, then carried out.
 async fn sync_attachment<D: AttachDriver>(ctx: &Context<D>, name: &str) -> Outcome {
     let _guard = ctx.locks.lock(name).await;
+    // Our own finished write, read before the cache (settled.rs says why the order matters).
+    let settled = ctx.settled.entry(name);
     let Some(va) = ctx.stores.attachment(name) else {
         ctx.settled.forget(name);
         return Outcome::Done;
@@ -450,7 +452,9 @@ async fn sync_attachment<D: AttachDriver>(ctx: &Context<D>, name: &str) -> Outco
             ctx.settled.forget(name);
             Outcome::Done
         }
-        action if !forced && ctx.settled.already_done(&va, action) => Outcome::Done,
+        action if !forced && settled.is_some_and(|record| record.covers(&va, action)) => {
+            Outcome::Done
+        }
         VaAction::Attach => attach::attach(ctx, &va).await,
         VaAction::Detach => detach::detach(ctx, &va).await,
     }

@@ -17,6 +17,14 @@
 //! ControllerPublishVolume calls repeated that way for 12 VolumeAttachments. The entry goes as
 //! soon as an attached version arrives (the event handler forgets it), so a later change is
 //! synced normally.
+//!
+//! A sync must read this record *before* it reads the cache ([`Settled::entry`], then
+//! [`Record::covers`]): the informer applies a version to the cache and then runs the event
+//! handler that forgets the record, so a sync that read the cache first could hold a snapshot
+//! from before our status write and yet find the record already forgotten, and publish again
+//! (seen once in CI: one VA published twice by a new leader, 0.9 ms after it was marked
+//! attached). Read in this order, a record that is there covers any older snapshot, and a
+//! record that is gone was forgotten after the cache already showed the attach.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -27,13 +35,26 @@ use crate::decide::VaAction;
 /// Per VolumeAttachment name: the uid, the operation done, and the resourceVersions the cache
 /// may still show from before it was done.
 #[derive(Debug, Default)]
-pub(crate) struct Settled(Mutex<HashMap<String, Entry>>);
+pub(crate) struct Settled(Mutex<HashMap<String, Record>>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
+pub(crate) struct Record {
     uid: String,
     action: VaAction,
     stale_versions: Vec<String>,
+}
+
+impl Record {
+    /// Whether `action` on the cached `va` (read after this record) would repeat the write
+    /// this record is about.
+    pub(crate) fn covers(&self, va: &VolumeAttachment, action: VaAction) -> bool {
+        let Some((_, uid, version)) = key(va) else {
+            return false;
+        };
+        self.uid == uid
+            && self.action == action
+            && (action == VaAction::Attach || self.stale_versions.contains(&version))
+    }
 }
 
 fn key(va: &VolumeAttachment) -> Option<(String, String, String)> {
@@ -57,7 +78,7 @@ impl Settled {
         };
         self.lock().insert(
             name,
-            Entry {
+            Record {
                 uid,
                 action,
                 stale_versions,
@@ -65,16 +86,9 @@ impl Settled {
         );
     }
 
-    /// Whether `action` on this cached `va` would repeat a write that already succeeded.
-    pub(crate) fn already_done(&self, va: &VolumeAttachment, action: VaAction) -> bool {
-        let Some((name, uid, version)) = key(va) else {
-            return false;
-        };
-        self.lock().get(&name).is_some_and(|entry| {
-            entry.uid == uid
-                && entry.action == action
-                && (action == VaAction::Attach || entry.stale_versions.contains(&version))
-        })
+    /// The record of `name`, to be read before the cache (see the module docs).
+    pub(crate) fn entry(&self, name: &str) -> Option<Record> {
+        self.lock().get(name).cloned()
     }
 
     /// The cache caught up (or the object is gone): forget `name`.
@@ -82,7 +96,7 @@ impl Settled {
         self.lock().remove(name);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Record>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -92,6 +106,13 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+
+    /// What a sync decides: the record read first, then the cached `va`.
+    fn done(settled: &Settled, va: &VolumeAttachment, action: VaAction) -> bool {
+        settled
+            .entry("va")
+            .is_some_and(|record| record.covers(va, action))
+    }
 
     fn va(uid: &str, version: &str) -> VolumeAttachment {
         VolumeAttachment {
@@ -139,15 +160,11 @@ mod tests {
             ("another operation", "u1", "5", VaAction::Detach, false),
         ];
         for (name, uid, version, action, want) in cases {
-            assert_eq!(
-                settled.already_done(&va(uid, version), action),
-                want,
-                "{name}"
-            );
+            assert_eq!(done(&settled, &va(uid, version), action), want, "{name}");
         }
         settled.forget("va");
         assert!(
-            !settled.already_done(&va("u1", "5"), VaAction::Attach),
+            !done(&settled, &va("u1", "5"), VaAction::Attach),
             "forgotten"
         );
     }
@@ -156,7 +173,24 @@ mod tests {
     fn after_a_detach_only_the_versions_from_before_our_write_are_skipped() {
         let settled = Settled::default();
         settled.record(&va("u1", "5"), VaAction::Detach, vec!["5".into()]);
-        assert!(settled.already_done(&va("u1", "5"), VaAction::Detach));
-        assert!(!settled.already_done(&va("u1", "9"), VaAction::Detach));
+        assert!(done(&settled, &va("u1", "5"), VaAction::Detach));
+        assert!(!done(&settled, &va("u1", "9"), VaAction::Detach));
+    }
+
+    #[test]
+    fn a_record_read_before_the_cache_still_covers_a_snapshot_older_than_the_forget() {
+        let settled = Settled::default();
+        settled.record(
+            &va("u1", "5"),
+            VaAction::Attach,
+            vec!["5".into(), "6".into()],
+        );
+        // The sync reads the record, then the cache (version 6, not yet attached); the
+        // informer then applies the attached version 7 and its handler forgets the record.
+        let record = settled.entry("va");
+        let snapshot = va("u1", "6");
+        settled.forget("va");
+        assert!(record.is_some_and(|r| r.covers(&snapshot, VaAction::Attach)));
+        assert!(settled.entry("va").is_none());
     }
 }
