@@ -26,7 +26,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use proto::csi::v1::ControllerExpandVolumeRequest;
 use serde_json::json;
 use testbed_mock_csi::Method;
-use testbed_support::wait::eventually;
+use testbed_support::wait::{eventually, within};
 
 /// What a hostile claim must come to.
 enum Outcome {
@@ -172,13 +172,15 @@ async fn every_hostile_expansion_gets_its_own_clear_event_and_the_sidecar_keeps_
         match case.outcome {
             Outcome::Fails(fragment) => {
                 let what = format!("{}: a VolumeResizeFailed with {fragment:?}", case.name);
-                let found = eventually(&what, TIMEOUT * 2, async || {
+                let found = within(TIMEOUT, async || {
                     failures(&cluster, &name)
                         .await
                         .into_iter()
                         .find(|e| e.message.as_deref().is_some_and(|m| m.contains(fragment)))
                 });
-                if let Ok(event) = tokio::time::timeout(TIMEOUT, found).await {
+                // A case that times out is noted with what the claim got instead, and the
+                // next case goes on: one run reports every mismatch.
+                if let Some(event) = found.await {
                     assert_eq!(event.type_.as_deref(), Some("Warning"), "{}", case.name);
                 } else {
                     let got: Vec<Option<String>> = failures(&cluster, &name)

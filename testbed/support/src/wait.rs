@@ -31,17 +31,25 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 pub async fn eventually<T>(
     what: &str,
     timeout: Duration,
-    mut check: impl AsyncFnMut() -> Option<T>,
+    check: impl AsyncFnMut() -> Option<T>,
 ) -> T {
+    within(timeout, check)
+        .await
+        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
+}
+
+/// As [`eventually`], but `None` when `timeout` passes first: for a test that goes on to its
+/// next case and reports every case that timed out at the end, rather than stopping at the
+/// first.
+pub async fn within<T>(timeout: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(value) = check().await {
-            return value;
+            return Some(value);
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        if Instant::now() >= deadline {
+            return None;
+        }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
