@@ -9,5 +9,6 @@ mod binary;
 mod contention;
 mod driver_garbage;
 mod flags;
+mod hostile_objects;
 mod lifecycle;
 mod publish;
