@@ -67,20 +67,26 @@ pub(super) async fn attach<D: AttachDriver>(ctx: &Context<D>, va: &VolumeAttachm
     let name = va.metadata.name.as_deref().unwrap_or_default();
     tracing::info!(va = name, "attaching");
     match publish(ctx, va).await {
-        Ok((body, patched_version)) => match patch_status(ctx, name, &body).await {
-            Ok(()) => {
-                tracing::info!(va = name, "attached");
-                let stale = va.metadata.resource_version.iter().chain(&patched_version);
-                ctx.settled
-                    .record(va, VaAction::Attach, stale.cloned().collect());
-                ctx.event(va, EventType::Normal, ATTACHED, &success_message(va));
-                Outcome::Done
+        Ok((body, patched_version)) => {
+            let stale = va.metadata.resource_version.iter().chain(&patched_version);
+            let marked = ctx.settled.write(
+                va,
+                VaAction::Attach,
+                stale.cloned().collect(),
+                patch_status(ctx, name, &body),
+            );
+            match marked.await {
+                Ok(()) => {
+                    tracing::info!(va = name, "attached");
+                    ctx.event(va, EventType::Normal, ATTACHED, &success_message(va));
+                    Outcome::Done
+                }
+                Err(err) => {
+                    tracing::warn!(va = name, error = %err, "failed to mark as attached");
+                    Outcome::Retry
+                }
             }
-            Err(err) => {
-                tracing::warn!(va = name, error = %err, "failed to mark as attached");
-                Outcome::Retry
-            }
-        },
+        }
         Err(err) => {
             let message = err.to_string();
             tracing::warn!(va = name, error = %message, "failed to attach");

@@ -51,8 +51,6 @@ pub(super) async fn detach<D: AttachDriver>(ctx: &Context<D>, va: &VolumeAttachm
     match unpublish(ctx, va).await {
         Ok(()) => {
             tracing::info!(va = name, "detached");
-            let stale = va.metadata.resource_version.iter().cloned().collect();
-            ctx.settled.record(va, VaAction::Detach, stale);
             let message = format!("Detached {}", super::attach::subject(va));
             ctx.event(va, EventType::Normal, DETACHED, &message);
             Outcome::Done
@@ -90,7 +88,9 @@ async fn unpublish<D: AttachDriver>(
     ctx.driver
         .unpublish(request::unpublish(&target, &node_id, secrets))
         .await?;
-    mark_detached(ctx, va)
+    let stale = va.metadata.resource_version.iter().cloned().collect();
+    ctx.settled
+        .write(va, VaAction::Detach, stale, mark_detached(ctx, va))
         .await
         .map_err(DetachError::MarkDetached)
 }
