@@ -76,12 +76,7 @@ fn key(va: &VolumeAttachment) -> Option<(String, String, String)> {
 
 impl Settled {
     /// `action` succeeded for `va`; the cache may still show any of `stale_versions`.
-    fn record(
-        &self,
-        va: &VolumeAttachment,
-        action: VaAction,
-        stale_versions: Vec<String>,
-    ) {
+    fn record(&self, va: &VolumeAttachment, action: VaAction, stale_versions: Vec<String>) {
         let Some((name, uid, _)) = key(va) else {
             return;
         };

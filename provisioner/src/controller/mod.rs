@@ -219,6 +219,14 @@ pub(crate) struct Context<D> {
 }
 
 /// UIDs of PVs deleted by us and not yet gone from the cache.
+///
+/// A UID is noted *before* the write that lets the API server delete the object (the PATCH
+/// removing our finalizer, [`DeletedVolumes::write`]) and dropped again if it fails. The
+/// object's Deleted event, whose handler drops the note, can reach the informer before that
+/// PATCH's answer reaches the sync; a note made after the answer then stayed for the life of the
+/// process. A heap profile of a 15-minute `chaos --churn` (heaptrack, 24,880 lifecycles) found
+/// about 168 KiB of UIDs (some 2,600) left in this set that way. Noting early is harmless: only
+/// syncs of the same PV read it, and the work queue never runs two of those at once.
 #[derive(Debug, Default)]
 pub(crate) struct DeletedVolumes(std::sync::Mutex<std::collections::HashSet<String>>);
 
@@ -229,8 +237,23 @@ impl DeletedVolumes {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    pub(crate) fn insert(&self, uid: &str) {
-        self.set().insert(uid.to_owned());
+    /// Runs `write`, which lets the API server delete the PV `uid`, with the UID noted
+    /// already; the note goes again if the write fails.
+    pub(crate) async fn write<T, E>(
+        &self,
+        uid: Option<&str>,
+        write: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        if let Some(uid) = uid {
+            self.set().insert(uid.to_owned());
+        }
+        let result = write.await;
+        if result.is_err()
+            && let Some(uid) = uid
+        {
+            self.remove(uid);
+        }
+        result
     }
 
     pub(crate) fn contains(&self, uid: &str) -> bool {
@@ -239,6 +262,11 @@ impl DeletedVolumes {
 
     fn remove(&self, uid: &str) {
         self.set().remove(uid);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.set().len()
     }
 }
 

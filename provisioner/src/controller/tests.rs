@@ -886,3 +886,37 @@ async fn a_claim_being_deleted_gets_no_volume() {
     );
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_deleted_event_that_lands_during_the_finalizer_patch_leaves_no_note() {
+    // The informer's handler drops the note while the PATCH still waits for its answer (the
+    // API server deleted the PV at once): nothing may stay behind.
+    let deleted = DeletedVolumes::default();
+    let patched = deleted
+        .write(Some("uid-1"), async {
+            assert!(deleted.contains("uid-1"), "noted before the write");
+            deleted.remove("uid-1");
+            Ok::<_, ()>(())
+        })
+        .await;
+    assert_eq!(patched, Ok(()));
+    assert_eq!(deleted.len(), 0);
+}
+
+#[tokio::test]
+async fn a_failed_finalizer_patch_drops_the_note_and_a_good_one_keeps_it() {
+    let deleted = DeletedVolumes::default();
+    let failed = deleted
+        .write(Some("uid-1"), async { Err::<(), _>("409") })
+        .await;
+    assert_eq!(failed, Err("409"));
+    assert!(
+        !deleted.contains("uid-1"),
+        "the next sync must not be skipped"
+    );
+    deleted
+        .write(Some("uid-1"), async { Ok::<_, ()>(()) })
+        .await
+        .unwrap();
+    assert!(deleted.contains("uid-1"), "until the Deleted event");
+}

@@ -158,13 +158,15 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
     // the patch only names ours to delete, so a stale order list cannot drop another one.
     let current = ctx.stores.volume(&name);
     let patch = remove_finalizer_patch(current.as_deref().unwrap_or(volume));
-    if let Err(err) = patch_volume(ctx, &name, &patch).await {
+    // Events the DELETE and PATCH caused may still show the PV with our finalizer: its UID is
+    // noted (before the PATCH, `DeletedVolumes` says why) so they cause no second DeleteVolume.
+    let removed = ctx.deleted.write(
+        volume.metadata.uid.as_deref(),
+        patch_volume(ctx, &name, &patch),
+    );
+    if let Err(err) = removed.await {
         tracing::warn!(volume = %name, error = csi_common::kube_client::error_text(&err), "cannot remove the provisioner finalizer");
         return Outcome::Retry;
-    }
-    // Events the DELETE and PATCH caused may still show the PV with our finalizer.
-    if let Some(uid) = &volume.metadata.uid {
-        ctx.deleted.insert(uid);
     }
     ctx.metrics.deleted(&class, started.elapsed());
     Outcome::Done
