@@ -258,12 +258,15 @@ pub(super) async fn succeeded<D: ExpandDriver>(
                 .map(|q| q.0.clone())
         })
         .flatten();
-    if let Err(err) = patch_volume(
+    let resized = patch_volume(
         ctx,
         pv,
         patch::pv_capacity(pv, expanded.capacity, pre_resize.as_deref()),
-    )
-    .await
+    );
+    if let Err(err) = ctx
+        .state
+        .write_volume(name(pv), expanded.capacity, resized)
+        .await
     {
         tracing::warn!(
             pvc = key,
@@ -283,7 +286,6 @@ pub(super) async fn succeeded<D: ExpandDriver>(
         );
         return Outcome::Retry;
     }
-    ctx.state.set_written(name(pv), expanded.capacity);
     let (next, reason, message) = if expanded.node_expansion_required {
         (
             if ctx.settings.flow == Flow::ExpandAndRecover {

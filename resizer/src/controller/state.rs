@@ -3,6 +3,14 @@
 //! (csi-lib-utils `slowset`, spec §5.6), and the claims and PV sizes this process wrote, so a
 //! sync that runs before the watch delivers our own write does not act on the older copy
 //! (upstream updates its informer cache in place after each write for the same reason).
+//!
+//! A claim's written copy is announced *before* its write ([`State::write_claim`]): the claim
+//! can be deleted while the write is on its way, and its Deleted event (whose handler forgets
+//! the claim) can reach the informer before the write's answer reaches the sync. A copy stored
+//! after the answer then outlived the forget, a whole claim kept for the life of the process;
+//! the same race left records behind in csi-attacher and csi-provisioner, where a heap profile
+//! of `chaos --churn` found it. Now the answer only replaces an announcement that is still
+//! there.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,9 +30,23 @@ pub(crate) struct State {
 struct Inner {
     final_errors: HashSet<String>,
     slow: HashMap<String, Instant>,
-    written: HashMap<String, i64>,
-    claims: HashMap<String, Arc<PersistentVolumeClaim>>,
+    /// PV sizes written, by PV name; `None` while the write is on its way (announced as the
+    /// claims are, see the module docs).
+    written: HashMap<String, Option<i64>>,
+    claims: HashMap<String, Written>,
     in_use: HashSet<String>,
+    /// Tells apart the announcements of two writes of one claim (the resize and the modify
+    /// controller may both write it).
+    writes: u64,
+}
+
+/// A claim status this process writes or wrote.
+#[derive(Debug)]
+enum Written {
+    /// The write with this number is on its way.
+    Pending(u64),
+    /// The claim as the write's answer showed it.
+    Claim(Arc<PersistentVolumeClaim>),
 }
 
 /// A resourceVersion as a number, to tell which of two copies is newer. Kubernetes calls them
@@ -115,7 +137,7 @@ impl State {
         cached: Arc<PersistentVolumeClaim>,
     ) -> Arc<PersistentVolumeClaim> {
         let mut inner = self.lock();
-        let Some(written) = inner.claims.get(key) else {
+        let Some(Written::Claim(written)) = inner.claims.get(key) else {
             return cached;
         };
         match (version(written), version(&cached)) {
@@ -127,19 +149,65 @@ impl State {
         }
     }
 
-    /// Remembers the claim as this process wrote it.
-    pub(crate) fn set_claim(&self, key: &str, pvc: PersistentVolumeClaim) {
-        self.lock().claims.insert(key.to_owned(), Arc::new(pvc));
+    /// Runs `write`, a write of the claim `key`, announced first (see the module docs); keeps
+    /// the claim it answers unless the claim was forgotten meanwhile or a newer copy is kept.
+    pub(crate) async fn write_claim<E>(
+        &self,
+        key: &str,
+        write: impl Future<Output = Result<PersistentVolumeClaim, E>>,
+    ) -> Result<PersistentVolumeClaim, E> {
+        let number = {
+            let mut inner = self.lock();
+            inner.writes += 1;
+            let number = inner.writes;
+            inner
+                .claims
+                .entry(key.to_owned())
+                .or_insert(Written::Pending(number));
+            number
+        };
+        let result = write.await;
+        let mut inner = self.lock();
+        match (&result, inner.claims.get_mut(key)) {
+            (Ok(answer), Some(entry)) => {
+                let newer_kept = matches!(entry, Written::Claim(kept)
+                    if version(kept).is_some_and(|kept| version(answer).is_none_or(|ours| kept > ours)));
+                if !newer_kept {
+                    *entry = Written::Claim(Arc::new(answer.clone()));
+                }
+            }
+            (Err(_), Some(Written::Pending(pending))) if *pending == number => {
+                inner.claims.remove(key);
+            }
+            _ => {}
+        }
+        result
     }
 
     /// The PV size we last wrote for `pv`, if any.
     pub(crate) fn written(&self, pv: &str) -> Option<i64> {
-        self.lock().written.get(pv).copied()
+        self.lock().written.get(pv).copied().flatten()
     }
 
-    /// Remembers that `pv` now has `size`.
-    pub(crate) fn set_written(&self, pv: &str, size: i64) {
-        self.lock().written.insert(pv.to_owned(), size);
+    /// Runs `write`, which sets `pv`'s capacity to `size`, announced first like
+    /// [`State::write_claim`]: the size is kept unless the claim was forgotten meanwhile.
+    pub(crate) async fn write_volume<T, E>(
+        &self,
+        pv: &str,
+        size: i64,
+        write: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        self.lock().written.entry(pv.to_owned()).or_insert(None);
+        let result = write.await;
+        let mut inner = self.lock();
+        match (&result, inner.written.get_mut(pv)) {
+            (Ok(_), Some(entry)) => *entry = Some(size),
+            (Err(_), Some(None)) => {
+                inner.written.remove(pv);
+            }
+            _ => {}
+        }
+        result
     }
 
     /// Forgets a deleted claim (and its PV).
@@ -178,8 +246,8 @@ mod tests {
         assert_eq!(state.slow_remaining("ns/a"), None);
     }
 
-    #[test]
-    fn final_errors_are_recorded_and_cleared() {
+    #[tokio::test]
+    async fn final_errors_are_recorded_and_cleared() {
         let state = State::new(Duration::from_secs(1));
         state.record("ns/a", Some(true));
         assert!(state.final_error("ns/a"));
@@ -194,7 +262,11 @@ mod tests {
             Arc::new(pvc)
         };
         // Our write is newer than the cache: ours; once the cache catches up: the cache's.
-        state.set_claim("ns/a", (*claim("12")).clone());
+        let answer = (*claim("12")).clone();
+        state
+            .write_claim("ns/a", async { Ok::<_, ()>(answer) })
+            .await
+            .unwrap();
         let seen = |cached: &str| {
             state
                 .claim("ns/a", claim(cached))
@@ -205,7 +277,10 @@ mod tests {
         assert_eq!(seen("11").as_deref(), Some("12"));
         assert_eq!(seen("13").as_deref(), Some("13"));
         assert_eq!(seen("11").as_deref(), Some("11"));
-        state.set_written("pv", 5);
+        state
+            .write_volume("pv", 5, async { Ok::<_, ()>(()) })
+            .await
+            .unwrap();
         assert_eq!(state.written("pv"), Some(5));
         state.record("ns/a", Some(true));
         state.set_in_use("ns/a", true);
@@ -214,5 +289,67 @@ mod tests {
         assert!(!state.final_error("ns/a"));
         assert!(!state.in_use("ns/a"));
         assert_eq!(state.written("pv"), None);
+    }
+
+    fn claim(rv: &str) -> PersistentVolumeClaim {
+        let mut pvc = PersistentVolumeClaim::default();
+        pvc.metadata.resource_version = Some(rv.to_owned());
+        pvc
+    }
+
+    fn kept(state: &State) -> usize {
+        state.lock().claims.len()
+    }
+
+    #[tokio::test]
+    async fn a_claim_forgotten_while_its_write_runs_is_not_kept() {
+        // The claim is deleted and its Deleted event handled while our status write still
+        // waits for its answer: nothing may stay behind.
+        let state = State::new(Duration::from_secs(1));
+        let written = state
+            .write_claim("ns/a", async {
+                state.forget("ns/a", None);
+                Ok::<_, ()>(claim("12"))
+            })
+            .await;
+        assert!(written.is_ok());
+        assert_eq!(kept(&state), 0);
+
+        let resized = state
+            .write_volume("pv", 5, async {
+                state.forget("ns/a", Some("pv"));
+                Ok::<_, ()>(())
+            })
+            .await;
+        assert!(resized.is_ok());
+        assert_eq!(state.lock().written.len(), 0);
+        let failed = state
+            .write_volume("pv", 5, async { Err::<(), _>("409") })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(state.lock().written.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_leaves_nothing_and_a_newer_copy_is_not_replaced() {
+        let state = State::new(Duration::from_secs(1));
+        let failed = state
+            .write_claim("ns/a", async { Err::<PersistentVolumeClaim, _>("409") })
+            .await;
+        assert_eq!(failed.unwrap_err(), "409");
+        assert_eq!(kept(&state), 0);
+
+        // Two writers of one claim: the later answer (version 14) is kept even if the earlier
+        // (version 13) comes back last.
+        let late = state.write_claim("ns/a", async {
+            state
+                .write_claim("ns/a", async { Ok::<_, ()>(claim("14")) })
+                .await
+                .unwrap();
+            Ok::<_, ()>(claim("13"))
+        });
+        late.await.unwrap();
+        let seen = state.claim("ns/a", Arc::new(claim("10")));
+        assert_eq!(seen.metadata.resource_version.as_deref(), Some("14"));
     }
 }

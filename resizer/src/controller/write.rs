@@ -30,14 +30,13 @@ pub(super) async fn claim_status(
     let namespace = old.metadata.namespace.as_deref().unwrap_or_default();
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
     let name = old.metadata.name.as_deref().unwrap_or_default();
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
+    let (params, patch) = (PatchParams::default(), Patch::Strategic(body));
+    let write = api.patch_status(name, &params, &patch);
+    match state
+        .write_claim(&format!("{namespace}/{name}"), write)
         .await
     {
-        Ok(written) => {
-            state.set_claim(&format!("{namespace}/{name}"), written.clone());
-            Ok(written)
-        }
+        Ok(written) => Ok(written),
         Err(kube::Error::Api(status)) if status.code == 409 => {
             tracing::debug!(pvc = name, "conflict writing the claim status: retrying");
             Err(Outcome::Retry)
