@@ -80,6 +80,10 @@ struct Args {
     /// Seed of the random driver errors.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Leader-election timings of the leader faults: fast (3 s / 2 s / 1 s) or upstream's
+    /// defaults (15 s / 10 s / 5 s). The API server faults always run with upstream's.
+    #[arg(long, value_enum, default_value_t = rig::LeaderTimings::Fast)]
+    leader_timings: rig::LeaderTimings,
     /// Longest wait, in seconds, for one scenario's burst to converge.
     #[arg(long, default_value_t = 180)]
     timeout_secs: u64,
@@ -209,6 +213,7 @@ async fn run(args: &Args, argv: &[String]) -> anyhow::Result<report::Report> {
                 seed: args.seed,
                 timeout: Duration::from_secs(args.timeout_secs),
                 secrets: &[rig::SECRET_VALUE.to_owned()],
+                leader_timings: args.leader_timings,
             };
             eprintln!("chaos: {} against {}", fault.name(), sidecar.binary());
             let row = scenario::run(sidecar, fault, &setup)

@@ -30,8 +30,26 @@ use crate::Sidecar;
 pub(crate) const NAMESPACE: &str = "chaos";
 /// `--timeout` of every sidecar: short, so a hanging driver call is given up quickly.
 pub(crate) const CSI_TIMEOUT: Duration = Duration::from_secs(2);
-/// `--leader-election-lease-duration` of [`FAST_LEADER_ELECTION`].
-pub(crate) const LEASE_DURATION: Duration = Duration::from_secs(3);
+/// The leader-election timings the replicas run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LeaderTimings {
+    /// 3 s lease, 2 s renew deadline, 1 s retry period (testbed-support's
+    /// `FAST_LEADER_ELECTION`): a leader fault takes seconds.
+    Fast,
+    /// Upstream's defaults, 15 s / 10 s / 5 s (sidecars.md, `--leader-election-*`): what a
+    /// Deployment that sets none of the flags runs with.
+    Upstream,
+}
+
+impl LeaderTimings {
+    /// `--leader-election-lease-duration`.
+    pub(crate) fn lease_duration(self) -> Duration {
+        match self {
+            Self::Fast => Duration::from_secs(3),
+            Self::Upstream => Duration::from_secs(15),
+        }
+    }
+}
 /// The Secret every scenario's CSI calls carry (provisioner, controller-publish and
 /// controller-expand secrets), in [`NAMESPACE`].
 pub(crate) const SECRET_NAME: &str = "chaos-secret";
@@ -65,8 +83,8 @@ pub(crate) struct Rig {
     work_dir: PathBuf,
     binary: PathBuf,
     sidecar: Sidecar,
-    /// [`FAST_LEADER_ELECTION`] (leader faults) rather than upstream's default timings.
-    pub(crate) fast_leader_election: bool,
+    /// The leader-election timings of the replicas started from now on.
+    pub(crate) leader_timings: LeaderTimings,
     pub(crate) replicas: Vec<Replica>,
 }
 
@@ -122,7 +140,7 @@ impl Rig {
             work_dir: work_dir.to_owned(),
             binary: binary.to_owned(),
             sidecar,
-            fast_leader_election: true,
+            leader_timings: LeaderTimings::Fast,
             replicas: Vec::new(),
         })
     }
@@ -141,13 +159,15 @@ impl Rig {
             "--retry-interval-max=1s".to_owned(),
             "-v=5".to_owned(),
         ];
-        if self.fast_leader_election {
-            args.extend(FAST_LEADER_ELECTION.iter().map(|a| (*a).to_owned()));
-        } else {
-            // Upstream's default timings (lease 15 s, renew deadline 10 s, retry 2 s): a leader
-            // rides out an API server outage shorter than the renew deadline.
-            args.push("--leader-election".to_owned());
-            args.push("--leader-election-namespace=default".to_owned());
+        match self.leader_timings {
+            LeaderTimings::Fast => {
+                args.extend(FAST_LEADER_ELECTION.iter().map(|a| (*a).to_owned()));
+            }
+            LeaderTimings::Upstream => {
+                // No timing flags: the sidecar's defaults, which are upstream's.
+                args.push("--leader-election".to_owned());
+                args.push("--leader-election-namespace=default".to_owned());
+            }
         }
         match self.sidecar {
             Sidecar::Provisioner => args.push("--worker-threads=20".to_owned()),
