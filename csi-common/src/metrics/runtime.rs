@@ -79,6 +79,13 @@ mod tests {
         assert_eq!(alive(&metrics), Some(before + 1));
         release.send(()).unwrap();
         task.await.unwrap();
+        // The JoinHandle is woken when the output is stored; the worker that ran the task
+        // releases it from the runtime's task list (and the count) a moment later, so the
+        // count is awaited, not read once (read once, it failed a `.ci/run` with 1 left).
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while alive(&metrics) != Some(before) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         assert_eq!(alive(&metrics), Some(before));
         assert!(
             metrics
