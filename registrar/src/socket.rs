@@ -250,9 +250,14 @@ impl FileId {
     }
 }
 
-/// Backlog of the registration socket (Go's `net.Listen` uses the kernel's `somaxconn`; a few
-/// kubelet connections at a time is all this socket sees).
-const BACKLOG: u32 = 128;
+/// Backlog of the registration socket: as large as the kernel allows (`listen(2)` caps it at
+/// `net.core.somaxconn`), which is what Go's `net.Listen` asks for. kubelet connects a few times
+/// at most, but every `/healthz` request dials this socket too (upstream's check), and a unix
+/// socket whose backlog is full refuses a non-blocking connect at once (`EAGAIN`): with 128,
+/// 500 requests at once (`chaos --node-fault=registrar-flood`) got 160-330 answers of `500
+/// error connecting to node-registrar socket ...: Resource temporarily unavailable` per flood,
+/// each a failed liveness probe where upstream's answers 200.
+const BACKLOG: u32 = 0x7fff_ffff;
 
 /// Binds a listening unix socket at `path` with mode [`SOCKET_MODE`] from the start (see the
 /// module docs). Needs a tokio runtime.

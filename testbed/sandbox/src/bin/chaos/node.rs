@@ -9,6 +9,7 @@
 //! ([`procstat`]): memory, file descriptors, sockets and threads must come back to their
 //! first-minute level.
 
+mod flood;
 mod probe;
 mod procstat;
 mod registrar;
@@ -64,10 +65,12 @@ pub(crate) enum NodeFault {
     SocketGone,
     /// registrar: minutes of kubelet re-dials, restarts and socket wipes.
     RegistrarChurn,
+    /// registrar: thousands of concurrent `/healthz` requests on `--health-port`.
+    RegistrarFlood,
 }
 
 /// Every node fault, in the table's order.
-pub(crate) const ALL: [NodeFault; 12] = [
+pub(crate) const ALL: [NodeFault; 13] = [
     NodeFault::DriverCrash,
     NodeFault::DriverHang,
     NodeFault::SocketRecreated,
@@ -80,6 +83,7 @@ pub(crate) const ALL: [NodeFault; 12] = [
     NodeFault::StaleFile,
     NodeFault::SocketGone,
     NodeFault::RegistrarChurn,
+    NodeFault::RegistrarFlood,
 ];
 
 impl NodeFault {
@@ -98,6 +102,7 @@ impl NodeFault {
             NodeFault::StaleFile => "stale-file",
             NodeFault::SocketGone => "socket-gone",
             NodeFault::RegistrarChurn => "registrar-churn",
+            NodeFault::RegistrarFlood => "registrar-flood",
         }
     }
 
@@ -115,7 +120,8 @@ impl NodeFault {
             | NodeFault::DriverLate
             | NodeFault::StaleFile
             | NodeFault::SocketGone
-            | NodeFault::RegistrarChurn => NodeSidecar::Registrar,
+            | NodeFault::RegistrarChurn
+            | NodeFault::RegistrarFlood => NodeSidecar::Registrar,
         }
     }
 
@@ -150,7 +156,7 @@ impl NodeFault {
             NodeFault::SocketGone => {
                 "/healthz 404 `registration socket does not exist`; never re-created (#57)"
             }
-            NodeFault::RegistrarChurn => "not recorded in the spec",
+            NodeFault::RegistrarChurn | NodeFault::RegistrarFlood => "not recorded in the spec",
         }
     }
 }

@@ -6,12 +6,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use futures::future::join_all;
 use testbed_mock_csi::{Fault, Method, MockDriverHandle, When};
-use testbed_support::http_client::{self, HttpResponse};
 use testbed_support::process::{self, ChildProcess};
 use tokio::time::Instant;
 
+use super::flood::{self, Answer, Flooded, SETTLE, slowest};
 use super::procstat::{self, Sample};
 use super::{Findings, NodeFault, NodeSetup, check_levels, leave_dead_socket, start_driver};
 
@@ -22,8 +21,6 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 const LATENCY_LIMIT: Duration = Duration::from_secs(2);
 /// Longest wait of the HTTP client; well past [`LATENCY_LIMIT`] so a late answer is measured.
 const HTTP_TIMEOUT: Duration = Duration::from_mins(1);
-/// How long the descriptors of finished requests may take to be closed.
-const SETTLE: Duration = Duration::from_secs(20);
 /// A Probe that never answers within any row.
 const HANG: Duration = Duration::from_hours(1);
 
@@ -50,14 +47,6 @@ struct ProbeRig {
     process: ChildProcess,
     addr: SocketAddr,
     pid: u32,
-}
-
-/// One `/healthz` answer and how long it took.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    body: String,
-    took: Duration,
 }
 
 impl ProbeRig {
@@ -87,36 +76,8 @@ impl ProbeRig {
         })
     }
 
-    async fn healthz(&self) -> anyhow::Result<Answer> {
-        let started = Instant::now();
-        let HttpResponse { status, body, .. } =
-            http_client::get(self.addr, "/healthz", HTTP_TIMEOUT).await?;
-        Ok(Answer {
-            status,
-            body,
-            took: started.elapsed(),
-        })
-    }
-
-    /// `n` requests at once, each on its own connection.
-    async fn concurrent(&self, n: usize) -> Vec<anyhow::Result<Answer>> {
-        join_all((0..n).map(|_| self.healthz())).await
-    }
-
     fn sample(&self, at: Duration) -> anyhow::Result<Sample> {
         Sample::read(self.pid, at)
-    }
-
-    /// Waits until the process holds at most `fds` descriptors; returns how long it took.
-    async fn settle_to(&self, fds: u64) -> anyhow::Result<Option<Duration>> {
-        let started = Instant::now();
-        while started.elapsed() < SETTLE {
-            if self.sample(Duration::ZERO)?.fds <= fds {
-                return Ok(Some(started.elapsed()));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Ok(None)
     }
 
     /// The driver crashes: connections dropped, its socket file left refusing connections.
@@ -155,14 +116,6 @@ fn expect_answer(f: &mut Findings, when: &str, answer: &Answer, status: u16, bod
     });
 }
 
-/// The slowest of `answers`, in seconds.
-fn slowest(answers: &[Answer]) -> f64 {
-    answers
-        .iter()
-        .map(|a| a.took.as_secs_f64())
-        .fold(0.0, f64::max)
-}
-
 /// Runs one livenessprobe row.
 pub(crate) async fn run(
     fault: NodeFault,
@@ -179,7 +132,7 @@ pub(crate) async fn run(
         NodeFault::DriverHang => driver_hang(&rig, &mut f).await?,
         NodeFault::SocketRecreated => socket_recreated(&rig, &mut f).await?,
         NodeFault::NotReady => not_ready(&rig, &mut f).await?,
-        NodeFault::Flood => flood(&rig, &mut f, setup.flood, setup.flood_rounds).await?,
+        NodeFault::Flood => flood::flood(&rig, &mut f, setup.flood, setup.flood_rounds).await?,
         NodeFault::ProbeChurn => churn(&rig, &mut f, setup.churn).await?,
         _ => anyhow::bail!("{} is not a livenessprobe fault", fault.name()),
     }
@@ -231,7 +184,7 @@ async fn driver_hang(rig: &ProbeRig, f: &mut Findings) -> anyhow::Result<()> {
     let calls_before = rig.driver.call_count(Method::Probe);
     rig.driver.inject(Fault::delay(Method::Probe, HANG));
     let sequential = probe_n(rig, f, "Probe hangs", 10, (500, CALL_DEADLINE)).await?;
-    let concurrent = rig.concurrent(100).await;
+    let concurrent = flood::concurrent(rig, 100).await;
     let concurrent: Vec<Answer> = concurrent.into_iter().collect::<anyhow::Result<_>>()?;
     for answer in &concurrent {
         expect_answer(f, "Probe hangs, 100 at once", answer, 500, CALL_DEADLINE);
@@ -248,7 +201,7 @@ async fn driver_hang(rig: &ProbeRig, f: &mut Findings) -> anyhow::Result<()> {
         slowest(&concurrent)
     ));
     // The hung calls must not keep connections (or the tasks serving them) open.
-    let settled = rig.settle_to(before.fds).await?;
+    let settled = flood::settle_to(rig, before.fds).await?;
     let after = rig.sample(Duration::ZERO)?;
     f.expect(settled.is_some(), || {
         format!(
@@ -303,87 +256,14 @@ async fn not_ready(rig: &ProbeRig, f: &mut Findings) -> anyhow::Result<()> {
 /// 17–21 / 27 / 27 MiB after the 1st / 8th / 12th in each of four runs; on the two worker
 /// threads it had before, one allocator arena each, the level still climbed after 12 (19.0 /
 /// 23.4 / 26.2 MiB, a CI failure) and only levelled off after about 30 (docs/reliability.md).
-async fn flood(rig: &ProbeRig, f: &mut Findings, n: usize, rounds: usize) -> anyhow::Result<()> {
-    let before = rig.sample(Duration::ZERO)?;
-    let mut settled_levels = Vec::new();
-    let mut highest = before;
-    let (mut answered, mut longest_flood, mut slowest_answer, mut longest_settle) =
-        (0, 0.0_f64, 0.0_f64, 0.0_f64);
-    for round in 1..=rounds {
-        let peak = std::sync::Mutex::new(before);
-        let sampling = async {
-            loop {
-                if let Ok(now) = rig.sample(Duration::ZERO) {
-                    let mut peak = peak
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    *peak =
-                        procstat::first_window_peak(&[*peak, now], Duration::MAX).unwrap_or(now);
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        let started = Instant::now();
-        let answers = tokio::select! {
-            answers = rig.concurrent(n) => answers,
-            () = sampling => unreachable!("the sampler never ends"),
-        };
-        longest_flood = longest_flood.max(started.elapsed().as_secs_f64());
-        let peak = peak
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        highest = procstat::first_window_peak(&[highest, peak], Duration::MAX).unwrap_or(peak);
-        let failed = answers.iter().filter(|a| a.is_err()).count();
-        let answers: Vec<Answer> = answers.into_iter().filter_map(Result::ok).collect();
-        let ok = answers.iter().filter(|a| a.status == 200).count();
-        answered += ok;
-        slowest_answer = slowest_answer.max(slowest(&answers));
-        f.expect(ok == n, || {
-            format!("flood {round}: {ok} of {n} answered 200, {failed} requests failed")
-        });
-        let settled = rig.settle_to(before.fds).await?;
-        let after = rig.sample(Duration::ZERO)?;
-        f.expect(settled.is_some(), || {
-            format!(
-                "flood {round}: descriptors not back to {} within {SETTLE:?}: {}",
-                before.fds,
-                after.describe()
-            )
-        });
-        longest_settle = longest_settle.max(settled.unwrap_or(SETTLE).as_secs_f64());
-        settled_levels.push(Sample {
-            at: Duration::from_secs(u64::try_from(round)?),
-            ..after
-        });
+impl Flooded for ProbeRig {
+    async fn healthz(&self) -> anyhow::Result<Answer> {
+        flood::get_healthz(self.addr, HTTP_TIMEOUT).await
     }
-    let two_thirds = Duration::from_secs(u64::try_from(rounds * 2 / 3)?);
-    let early = procstat::first_window_peak(&settled_levels, two_thirds).context("no flood")?;
-    // Descriptors are checked after each flood (back to the idle level); here only memory.
-    for later in settled_levels.iter().filter(|s| s.at > two_thirds) {
-        if let Some(problem) = procstat::rss_growth(&early, later) {
-            f.expect(false, || format!("flood {}: {problem}", later.at.as_secs()));
-        }
+
+    fn pid(&self) -> u32 {
+        self.pid
     }
-    let rss_after = |i: usize| settled_levels.get(i).map_or(0.0, Sample::rss_mib);
-    let floods = settled_levels.len();
-    f.saw(format!(
-        "{floods} floods of {n}: {answered}/{} × 200, each flood ≤ {longest_flood:.1} s, slowest answer {slowest_answer:.1} s",
-        floods * n
-    ));
-    f.saw(format!(
-        "highest during the floods: {}; descriptors back to {} after each (≤ {longest_settle:.1} s)",
-        highest.describe(),
-        before.fds
-    ));
-    f.saw(format!(
-        "rss after flood 1 / {} / {floods}: {:.1} / {:.1} / {:.1} MiB (idle before: {})",
-        floods * 2 / 3,
-        rss_after(0),
-        rss_after((floods * 2 / 3).saturating_sub(1)),
-        rss_after(floods.saturating_sub(1)),
-        before.describe()
-    ));
-    Ok(())
 }
 
 /// What a churn cycle does to the driver.
@@ -445,7 +325,7 @@ async fn churn(rig: &ProbeRig, f: &mut Findings, duration: Duration) -> anyhow::
         for _ in 0..CYCLE_SEQUENTIAL {
             answers.push(rig.healthz().await);
         }
-        answers.extend(rig.concurrent(CYCLE_CONCURRENT).await);
+        answers.extend(flood::concurrent(rig, CYCLE_CONCURRENT).await);
         for answer in answers {
             requests += 1;
             let right = answer.as_ref().is_ok_and(|a| {

@@ -17,6 +17,7 @@ use testbed_support::http_client::{self, HttpResponse};
 use testbed_support::process::{self, ChildProcess, Signal};
 use tokio::time::Instant;
 
+use super::flood::{self, Answer, Flooded};
 use super::procstat::{self, Sample};
 use super::{
     DRIVER, Findings, NodeFault, NodeSetup, check_levels, leave_dead_socket, start_driver,
@@ -192,6 +193,7 @@ pub(crate) async fn run(
         NodeFault::StaleFile => stale_file(&mut node, &mut f).await,
         NodeFault::SocketGone => socket_gone(&mut node, &mut f).await,
         NodeFault::RegistrarChurn => churn(&mut node, &mut f, setup.churn).await,
+        NodeFault::RegistrarFlood => flood(&mut node, &mut f, setup).await,
         _ => Err(anyhow::anyhow!("{} is not a registrar fault", fault.name())),
     };
     node.stop().await;
@@ -515,5 +517,46 @@ async fn churn(node: &mut Node, f: &mut Findings, duration: Duration) -> anyhow:
         slowest.as_secs_f64()
     ));
     check_levels(f, &samples, window, pid, started).await?;
+    Ok(())
+}
+
+/// The registrar's `/healthz` on `--health-port`, as kubelet's liveness probe asks it.
+struct Health {
+    addr: SocketAddr,
+    pid: u32,
+}
+
+impl Flooded for Health {
+    async fn healthz(&self) -> anyhow::Result<Answer> {
+        flood::get_healthz(self.addr, WAIT).await
+    }
+
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
+/// `--flood` requests at once on `/healthz`, `--flood-rounds` times, measured as livenessprobe's
+/// `flood` row ([`flood::flood`]); the registrar must stay registered and running throughout.
+async fn flood(node: &mut Node, f: &mut Findings, setup: &NodeSetup) -> anyhow::Result<()> {
+    node.restart_kubelet(Verdict::Accept).await?;
+    node.start_registrar(&[])?;
+    node.wait_registered().await?;
+    let health = Health {
+        addr: SocketAddr::from(([127, 0, 0, 1], node.port.port())),
+        pid: node.registrar_pid()?,
+    };
+    flood::flood(&health, f, setup.flood, setup.flood_rounds).await?;
+    node.check_running(f, "after the floods")?;
+    let healthz = node.healthz().await?;
+    f.expect(
+        (healthz.status, healthz.body.as_str()) == (200, "ok"),
+        || {
+            format!(
+                "after the floods /healthz answered {} {:?}",
+                healthz.status, healthz.body
+            )
+        },
+    );
     Ok(())
 }
