@@ -14,6 +14,7 @@
 pub mod access_modes;
 pub mod cached;
 pub mod capabilities;
+pub mod coalesce;
 pub mod connection;
 pub mod controller;
 pub mod events;

@@ -4,13 +4,12 @@
 //! CSI `Identity/Probe` call, all within `--probe-timeout`: 200 `ok` when the driver is ready,
 //! 500 with the reason otherwise. A fresh connection per probe is deliberate (upstream #68: a cached
 //! connection reported "healthy" after the socket was gone). Requests that arrive while a
-//! probe runs share its verdict instead of each dialing the driver (module `coalesce`;
+//! probe runs share its verdict instead of each dialing the driver (`csi_common::coalesce`;
 //! upstream probes once per request). The HTTP port only opens once the driver answered
 //! GetPluginInfo, so while the driver is missing kubelet sees "connection refused" instead of
 //! a crash-looping probe (upstream #236/#240).
 
 pub mod args;
-mod coalesce;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,7 +27,7 @@ use csi_common::identity::{self, ProbeOutcome};
 use csi_common::metrics::{CsiMetrics, ProcessMetrics};
 use csi_common::status::CsiError;
 
-use crate::coalesce::Coalesced;
+use csi_common::coalesce::Coalesced;
 
 /// Everything livenessprobe needs to run, validated from the flags by [`args`].
 #[derive(Clone, Debug)]
@@ -173,7 +172,7 @@ struct Prober {
     timeout: Duration,
     metrics: CsiMetrics,
     log_calls: bool,
-    /// The probe concurrent requests share (see [`coalesce`]).
+    /// The probe concurrent requests share (see [`csi_common::coalesce`]).
     in_flight: Coalesced<Verdict>,
 }
 

@@ -16,6 +16,10 @@
 //! is Go's `404 page not found` (no `/metrics`: the registrar has no metrics). Upstream bounds
 //! only the `GetInfo` call by `--timeout` and the connect by its 30 s default; here the connect
 //! is bounded by `--timeout` as well, so a wedged socket fails the probe promptly.
+//!
+//! Requests that arrive while a check runs share its verdict ([`csi_common::coalesce`]; upstream
+//! checks once per request): kubelet, probing one at a time, sees no difference, and a flood of
+//! requests no longer opens one connection to the registration socket each.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -25,6 +29,7 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 use axum::routing::any;
+use csi_common::coalesce::Coalesced;
 use csi_common::status::CsiError;
 use proto::pluginregistration::v1::InfoRequest;
 use proto::pluginregistration::v1::registration_client::RegistrationClient;
@@ -51,6 +56,8 @@ pub(crate) struct HealthCheck {
     socket: PathBuf,
     driver_name: String,
     timeout: Duration,
+    /// The check concurrent requests share.
+    in_flight: Arc<Coalesced<Health>>,
 }
 
 impl HealthCheck {
@@ -60,7 +67,17 @@ impl HealthCheck {
             socket,
             driver_name,
             timeout,
+            in_flight: Arc::new(Coalesced::new(timeout)),
         }
+    }
+
+    /// The verdict of the check running now, or of a new one (see the module docs).
+    pub(crate) async fn shared(&self) -> Health {
+        let check = self.clone();
+        self.in_flight
+            .run(move || async move { check.check().await })
+            .await
+            .unwrap_or_else(|| Health::Unhealthy("the health check task failed".to_owned()))
     }
 
     /// Runs one check.
@@ -136,7 +153,7 @@ pub(crate) fn router(check: SharedHealthCheck) -> Router {
                 let check = Arc::clone(&check);
                 async move {
                     let health = match check.get() {
-                        Some(check) => check.check().await,
+                        Some(check) => check.shared().await,
                         None => Health::SocketMissing,
                     };
                     respond(&health)
@@ -256,18 +273,67 @@ mod tests {
     }
     /// Serves the registration service for `name` on `path`, as the registrar does.
     fn serve(path: &Path, name: &str) -> tokio::task::JoinHandle<()> {
+        let listener = tokio::net::UnixListener::bind(path).unwrap();
+        serve_incoming(
+            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            name,
+        )
+    }
+
+    /// Serves the registration service for `name` on the connections of `incoming`.
+    fn serve_incoming(
+        incoming: impl tokio_stream::Stream<Item = std::io::Result<tokio::net::UnixStream>>
+        + Send
+        + 'static,
+        name: &str,
+    ) -> tokio::task::JoinHandle<()> {
         use proto::pluginregistration::v1::registration_server::RegistrationServer;
         let (failures, _) = tokio::sync::mpsc::channel(1);
         let (_, stopping) = tokio::sync::watch::channel(false);
         let service =
             crate::service::RegistrationService::new(name, "/host/csi.sock", failures, stopping);
-        let listener = tokio::net::UnixListener::bind(path).unwrap();
         let server = tonic::transport::Server::builder()
             .add_service(RegistrationServer::new(service))
-            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener));
+            .serve_with_incoming(incoming);
         tokio::spawn(async move {
             let _ = server.await;
         })
+    }
+
+    #[tokio::test]
+    async fn concurrent_requests_share_one_check_of_the_socket() {
+        use tokio_stream::StreamExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x-reg.sock");
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(
+            tokio::net::UnixListener::bind(&path).unwrap(),
+        )
+        .map({
+            let accepted = Arc::clone(&accepted);
+            move |connection| {
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                connection
+            }
+        });
+        let server = serve_incoming(incoming, "x.example.com");
+        let check = shared(HealthCheck::new(
+            path,
+            "x.example.com".to_owned(),
+            Duration::from_secs(5),
+        ));
+        let requests: Vec<_> = (0..50)
+            .map(|_| tokio::spawn(get(router(check.clone()), "/healthz")))
+            .collect();
+        for request in requests {
+            assert_eq!(request.await.unwrap().0, StatusCode::OK);
+        }
+        // Upstream dials once per request: 50 connections.
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // The check is done: the next request checks again.
+        assert_eq!(get(router(check), "/healthz").await.0, StatusCode::OK);
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+        server.abort();
     }
 
     #[tokio::test]

@@ -41,7 +41,7 @@ async fn chaos(faults: &[&str]) -> String {
             &format!("--node-fault={}", faults.join(",")),
             "--churn-secs=15",
             "--flood=500",
-            "--flood-rounds=18",
+            "--flood-rounds=30",
             &format!("--bin-dir={}", bin_dir().display()),
             &format!("--work-dir={}", work.path().display()),
         ])
@@ -73,7 +73,7 @@ async fn livenessprobe_answers_upstreams_failures_in_time_and_gives_its_resource
         "{table}"
     );
     assert!(
-        table.contains("18 floods of 500: 9000/9000 × 200"),
+        table.contains("30 floods of 500: 15000/15000 × 200"),
         "{table}"
     );
     // One thread under a flood: livenessprobe runs on a current-thread runtime, whose single
@@ -104,7 +104,7 @@ async fn the_registrar_registers_again_after_kubelet_restarts_rejections_and_los
         .find(|l| l.starts_with("| registrar-flood |"))
         .unwrap();
     assert!(
-        flood.contains("18 floods of 500: 9000/9000 × 200"),
+        flood.contains("30 floods of 500: 15000/15000 × 200"),
         "{flood}"
     );
 }

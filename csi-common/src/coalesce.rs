@@ -1,21 +1,23 @@
-//! Concurrent `/healthz` requests share one probe of the driver.
+//! Concurrent health requests share one check.
 //!
-//! Upstream dials the driver and calls Probe once per request, with no limit, so a burst of
-//! requests (several probes of several kubelets or monitors, or a slow driver while requests
-//! keep coming, vsphere-csi-driver #2997) opens one driver connection per request: found by the
-//! `flood` fault of the reliability suite (docs/reliability.md, "Node sidecars"), where 2,000
-//! requests at once held about 2,600 descriptors, and most answered 500 because their own
-//! connects starved each other past `--probe-timeout`.
+//! Upstream's `/healthz` handlers check once per request with no limit: livenessprobe dials the
+//! driver and calls Probe, node-driver-registrar dials its own registration socket and calls
+//! GetInfo. A burst of requests (several probes of several kubelets or monitors, or a slow
+//! driver while requests keep coming, vsphere-csi-driver #2997) opens one connection per
+//! request. The reliability suite's floods found it (docs/reliability.md, "Node sidecars"):
+//! 2,000 requests at once held about 2,600 descriptors in livenessprobe and most answered 500
+//! because their own connects starved each other past `--probe-timeout`; the registrar answered
+//! 500 `DeadlineExceeded` to up to 30 % of 2,000 at once and held 106 MiB afterwards.
 //!
-//! Here a request that arrives while a probe is running waits for that probe's verdict instead
-//! of starting its own. The verdict is still fresh: a probe is joined only within its own
-//! budget (the probe timeout since it started), so no answer reports a driver state older than
-//! one probe timeout, and each probe still dials afresh (upstream #68). A request that finds
-//! no running probe, or one past its budget, starts a new one: kubelet, which probes one at a
-//! time, sees exactly upstream's behaviour.
+//! Here a request that arrives while a check is running waits for that check's verdict instead
+//! of starting its own. The verdict is still fresh: a check is joined only within its own
+//! budget (the check's timeout since it started), so no answer reports a state older than one
+//! timeout, and each check still dials afresh (livenessprobe #68). A request that finds no
+//! running check, or one past its budget, starts a new one: kubelet, which probes one at a time,
+//! sees exactly upstream's behaviour.
 //!
-//! The probe runs as its own task, so a request that goes away (its client disconnected) does
-//! not stall the others; the task ends by the probe's deadline.
+//! The check runs as its own task, so a request that goes away (its client disconnected) does
+//! not stall the others; the task ends by the check's own deadline.
 
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
@@ -24,38 +26,38 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// Whether a request arriving at `now` joins the probe that started at `started`: only while
-/// that probe is running and within its `budget`.
-pub(crate) fn joins(started: Instant, done: bool, now: Instant, budget: Duration) -> bool {
+/// Whether a request arriving at `now` joins the check that started at `started`: only while
+/// that check is running and within its `budget`.
+fn joins(started: Instant, done: bool, now: Instant, budget: Duration) -> bool {
     !done && now.saturating_duration_since(started) < budget
 }
 
-/// The probe in flight, if any, and where its verdict appears.
+/// The check in flight, if any, and where its verdict appears.
 #[derive(Debug)]
 struct InFlight<T> {
     started: Instant,
     verdict: watch::Receiver<Option<T>>,
 }
 
-/// Runs at most one probe at a time for concurrent callers (see the module docs).
+/// Runs at most one check at a time for concurrent callers (see the module docs).
 #[derive(Debug)]
-pub(crate) struct Coalesced<T> {
+pub struct Coalesced<T> {
     budget: Duration,
     slot: Mutex<Option<InFlight<T>>>,
 }
 
 impl<T: Clone + Send + Sync + 'static> Coalesced<T> {
-    /// Probes are joined within `budget` of their start (the probe timeout).
-    pub(crate) fn new(budget: Duration) -> Self {
+    /// Checks are joined within `budget` of their start (the check's timeout).
+    pub fn new(budget: Duration) -> Self {
         Self {
             budget,
             slot: Mutex::new(None),
         }
     }
 
-    /// The verdict of the running probe, or of a new one made by `start` (spawned on the
-    /// runtime). `None` only if the probe task panicked.
-    pub(crate) async fn run<F>(&self, start: impl FnOnce() -> F) -> Option<T>
+    /// The verdict of the running check, or of a new one made by `start` (spawned on the
+    /// runtime). `None` only if the check task panicked.
+    pub async fn run<F>(&self, start: impl FnOnce() -> F) -> Option<T>
     where
         F: Future<Output = T> + Send + 'static,
     {
