@@ -25,7 +25,7 @@ use crate::Sidecar;
 use crate::rig::Rig;
 use crate::scenario::wait_leader;
 use lifecycle::Lifecycles;
-use sample::Sample;
+use sample::{Sample, SampleLog};
 pub(crate) use table::Report;
 use table::Row;
 
@@ -143,25 +143,26 @@ async fn churn(rig: &mut Rig, args: &ChurnArgs, sidecar: Sidecar) -> anyhow::Res
     };
     let every = Duration::from_secs(args.churn_sample_secs.max(1));
     let until = watched.started + args.duration();
+    let mut log = SampleLog::create(rig.work_dir().join("samples.csv"))?;
     let rig = &*rig;
-    let (churned, samples) = tokio::join!(
+    let (churned, sampled) = tokio::join!(
         lifecycles.run(rig, until),
-        sample_until(&watched, until, every)
+        sample_until(&watched, &mut log, until, every)
     );
-    let mut samples = samples?;
+    sampled?;
     let churned_for = watched.started.elapsed();
     let mut problems = Vec::new();
     if let Err(e) = churned {
         problems.push(format!("{e:#}"));
     }
     let level_at = Duration::from_secs(args.churn_level_secs);
-    let level = verdict::first_minute(&samples, level_at)
+    let level = verdict::first_minute(log.samples(), level_at)
         .with_context(|| format!("the churn ended before its level was read at {level_at:?}"))?;
     let settle_until = Instant::now() + Duration::from_secs(args.churn_settle_secs);
     let stopped = Instant::now();
     let end = loop {
         let sample = watched.sample().await?;
-        samples.push(sample);
+        log.push(sample)?;
         let back = verdict::judge(&level, &sample, args.churn_rss_tolerance).is_empty();
         if back || Instant::now() >= settle_until {
             break sample;
@@ -169,9 +170,6 @@ async fn churn(rig: &mut Rig, args: &ChurnArgs, sidecar: Sidecar) -> anyhow::Res
         tokio::time::sleep(every).await;
     };
     problems.extend(verdict::judge(&level, &end, args.churn_rss_tolerance));
-    let csv = rig.work_dir().join("samples.csv");
-    std::fs::write(&csv, sample::csv(&samples))
-        .with_context(|| format!("cannot write {}", csv.display()))?;
     if rig.restarts() > 0 || rig.replicas.iter().any(|r| r.process.pid().is_none()) {
         problems.push("the sidecar exited during the churn".to_owned());
     }
@@ -180,25 +178,25 @@ async fn churn(rig: &mut Rig, args: &ChurnArgs, sidecar: Sidecar) -> anyhow::Res
         lifecycles: lifecycles.completed,
         churned_for,
         level,
-        peak: verdict::peak(&samples),
-        late_growth_kib: verdict::second_half_growth(&samples, churned_for),
+        peak: verdict::peak(log.samples()),
+        late_growth_kib: verdict::second_half_growth(log.samples(), churned_for),
         end,
         settled_in: stopped.elapsed(),
         problems,
     })
 }
 
-/// Samples every `every` until `until`.
+/// Samples every `every` until `until`, into `log`.
 async fn sample_until(
     watched: &Watched,
+    log: &mut SampleLog,
     until: Instant,
     every: Duration,
-) -> anyhow::Result<Vec<Sample>> {
-    let mut samples = Vec::new();
+) -> anyhow::Result<()> {
     loop {
-        samples.push(watched.sample().await?);
+        log.push(watched.sample().await?)?;
         if Instant::now() >= until {
-            return Ok(samples);
+            return Ok(());
         }
         tokio::time::sleep(every).await;
     }

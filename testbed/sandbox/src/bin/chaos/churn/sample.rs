@@ -4,7 +4,7 @@
 //! controller sidecars, docs/compatibility.md) plus its work queues' depth.
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -133,31 +133,96 @@ pub(crate) async fn take(
     })
 }
 
-/// The samples as CSV, one line each, for a look at the trend (kept in the work dir).
-pub(crate) fn csv(samples: &[Sample]) -> String {
-    let mut text =
-        "secs,rss_kib,fds,sockets,api_connections,api_watches,threads,tasks,queued\n".to_owned();
-    for s in samples {
-        let _ = writeln!(
-            text,
-            "{:.1},{},{},{},{},{},{},{},{}",
-            s.at.as_secs_f64(),
-            s.rss_kib,
-            s.fds,
-            s.sockets,
-            s.api_connections,
-            s.api_watches,
-            s.threads,
-            s.tasks,
-            s.queued
-        );
+/// The CSV's first line: the columns of [`csv_line`].
+pub(crate) const CSV_HEADER: &str =
+    "secs,rss_kib,fds,sockets,api_connections,api_watches,threads,tasks,queued\n";
+
+/// One sample as a CSV line, newline included.
+pub(crate) fn csv_line(s: &Sample) -> String {
+    format!(
+        "{:.1},{},{},{},{},{},{},{},{}\n",
+        s.at.as_secs_f64(),
+        s.rss_kib,
+        s.fds,
+        s.sockets,
+        s.api_connections,
+        s.api_watches,
+        s.threads,
+        s.tasks,
+        s.queued
+    )
+}
+
+/// The samples of a run, kept in memory for the verdict and appended to a CSV in the work
+/// dir as each is taken, so a run cut short (the machine restarted, the command killed)
+/// still leaves the trend it saw up to then.
+pub(crate) struct SampleLog {
+    samples: Vec<Sample>,
+    file: std::fs::File,
+    path: std::path::PathBuf,
+}
+
+impl SampleLog {
+    /// Creates (or truncates) `path` and writes the header.
+    pub(crate) fn create(path: std::path::PathBuf) -> anyhow::Result<Self> {
+        let mut file = std::fs::File::create(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        file.write_all(CSV_HEADER.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(Self {
+            samples: Vec::new(),
+            file,
+            path,
+        })
     }
-    text
+
+    /// Keeps `sample` and appends its line to the file.
+    pub(crate) fn push(&mut self, sample: Sample) -> anyhow::Result<()> {
+        self.file
+            .write_all(csv_line(&sample).as_bytes())
+            .with_context(|| format!("cannot write {}", self.path.display()))?;
+        self.samples.push(sample);
+        Ok(())
+    }
+
+    /// The samples taken so far, oldest first.
+    pub(crate) fn samples(&self) -> &[Sample] {
+        &self.samples
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_file_holds_every_sample_as_soon_as_it_is_pushed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        let mut log = SampleLog::create(path.clone()).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), CSV_HEADER);
+        let first = Sample {
+            at: Duration::from_millis(5_200),
+            rss_kib: 20_480,
+            fds: 31,
+            sockets: 9,
+            api_connections: 2,
+            api_watches: 4,
+            threads: 5,
+            tasks: 40,
+            queued: 1,
+        };
+        log.push(first).unwrap();
+        // Read back while the log is still open: a run killed now keeps this line.
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{CSV_HEADER}5.2,20480,31,9,2,4,5,40,1\n")
+        );
+        log.push(Sample::default()).unwrap();
+        assert_eq!(log.samples(), &[first, Sample::default()]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+    }
 
     #[test]
     fn status_gives_rss_and_threads() {
