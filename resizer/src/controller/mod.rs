@@ -3,6 +3,8 @@
 //! (external-resizer `pkg/controller/controller.go`, spec sidecars.md §2.4).
 
 mod expand;
+#[cfg(test)]
+mod fixture;
 mod legacy;
 pub(crate) mod modify;
 mod pods;

@@ -1,26 +1,21 @@
 //! The sync with a scripted driver (the seam of `crate::csi`) against testbed's in-memory API
 //! server: driver answers the mock driver cannot give.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use csi_common::controller::Outcome;
 use csi_common::events::NewEvent;
 use csi_common::status::CsiError;
-use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, ObjectReference, PersistentVolumeClaimSpec, PersistentVolumeSpec,
-    VolumeResourceRequirements,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use proto::csi::v1::ControllerExpandVolumeRequest;
 use serde_json::json;
 use testbed_cluster::apiserver::ApiServer;
 use testbed_support::wait::eventually;
 use tokio::sync::mpsc;
 
+use super::fixture::{self, storage};
 use super::*;
 use crate::csi::Expanded;
 
@@ -54,10 +49,6 @@ struct Harness {
     _informers: tokio::task::JoinSet<()>,
 }
 
-fn storage(size: &str) -> BTreeMap<String, Quantity> {
-    BTreeMap::from([("storage".into(), Quantity(size.into()))])
-}
-
 fn settings() -> Settings {
     Settings {
         driver: DRIVER.into(),
@@ -78,58 +69,8 @@ async fn harness(answers: Vec<Result<Expanded, CsiError>>) -> Harness {
     let server = ApiServer::new();
     let client = server.client();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-    let claim = PersistentVolumeClaim {
-        metadata: ObjectMeta {
-            name: Some("data".into()),
-            ..Default::default()
-        },
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".into()]),
-            volume_name: Some("pv-1".into()),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some(storage("1Gi")),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        status: None,
-    };
-    let claim = claims.create(&PostParams::default(), &claim).await.unwrap();
-    let pv = PersistentVolume {
-        metadata: ObjectMeta {
-            name: Some("pv-1".into()),
-            ..Default::default()
-        },
-        spec: Some(PersistentVolumeSpec {
-            access_modes: Some(vec!["ReadWriteOnce".into()]),
-            capacity: Some(storage("1Gi")),
-            csi: Some(CSIPersistentVolumeSource {
-                driver: DRIVER.into(),
-                volume_handle: "vol-1".into(),
-                ..Default::default()
-            }),
-            claim_ref: Some(ObjectReference {
-                namespace: Some("default".into()),
-                name: Some("data".into()),
-                uid: claim.metadata.uid.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    Api::<PersistentVolume>::all(client.clone())
-        .create(&PostParams::default(), &pv)
-        .await
-        .unwrap();
-    claims
-        .patch_status(
-            "data",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}})),
-        )
-        .await
-        .unwrap();
+    let status = json!({"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}});
+    fixture::bound_claim(&client, DRIVER, "1Gi", status).await;
     let grown = claims
         .patch(
             "data",
@@ -174,17 +115,11 @@ async fn harness(answers: Vec<Result<Expanded, CsiError>>) -> Harness {
 
 impl Harness {
     async fn claim(&self) -> PersistentVolumeClaim {
-        Api::<PersistentVolumeClaim>::namespaced(self.ctx.client.clone(), "default")
-            .get("data")
-            .await
-            .unwrap()
+        fixture::claim(&self.ctx.client).await
     }
 
     async fn pv_capacity(&self) -> String {
-        let pv = Api::<PersistentVolume>::all(self.ctx.client.clone())
-            .get("pv-1")
-            .await
-            .unwrap();
+        let pv = fixture::volume(&self.ctx.client).await;
         pv.spec.unwrap().capacity.unwrap()["storage"].0.clone()
     }
 

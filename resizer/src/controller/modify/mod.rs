@@ -5,6 +5,8 @@
 //! [`sync::sync`]. It runs only for a driver with MODIFY_VOLUME and the
 //! `VolumeAttributesClass` gate on.
 
+#[cfg(test)]
+mod properties;
 mod sync;
 
 use std::collections::HashSet;
