@@ -81,6 +81,10 @@ async fn the_provisioner_converges_without_leaks_under_driver_errors_garbage_and
     let table = chaos("provisioner", "driver-errors,mid-op,driver-garbage").await;
     assert!(table.contains("driver calls failed"), "{table}");
     assert!(table.contains("CreateVolume answers ("), "{table}");
+    assert!(
+        table.contains("DeleteVolume answers a 1 MiB Internal error"),
+        "{table}"
+    );
 }
 
 /// `leader-stop` rather than `leader-kill`: the latter's takeover bound is a timing, which a

@@ -109,7 +109,11 @@ impl Fault {
                     ),
                 })
                 .collect(),
-            Fault::DriverGarbage => crate::garbage::driver_faults(method, seed),
+            Fault::DriverGarbage => {
+                let mut faults = crate::garbage::driver_faults(method, seed);
+                faults.extend(crate::garbage::teardown_faults(method, seed));
+                faults
+            }
             Fault::DriverHang => {
                 vec![DriverFault::delay(method, CSI_TIMEOUT * 2).on(When::FirstN(10))]
             }

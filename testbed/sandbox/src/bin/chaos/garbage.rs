@@ -3,6 +3,10 @@
 //! and what the row reads besides convergence: how many answers of each kind were garbled,
 //! and the sidecar's peak resident memory.
 //!
+//! The method that undoes the burst's (DeleteVolume, ControllerUnpublishVolume) answers no
+//! fields, so its garbage is its status: a megabyte of error message ([`teardown_faults`]),
+//! armed through the burst and again for the verdict's deletions.
+//!
 //! Every kind armed here is one a correct sidecar recovers from on a later, good answer (a
 //! Warning, a DeleteVolume of the unusable volume, a retry). Two are not armed: CreateVolume
 //! with an empty `volume_id` on *every* call (the volume can never be named, so never bound
@@ -141,6 +145,63 @@ pub(crate) fn driver_faults(method: Method, seed: u64) -> Vec<DriverFault> {
             action: Action::Garbage(kind.garbage),
         })
         .collect()
+}
+
+/// The method that undoes the burst's `method`, when it has one: DeleteVolume after
+/// CreateVolume, ControllerUnpublishVolume after ControllerPublishVolume.
+fn teardown(method: Method) -> Option<Method> {
+    match method {
+        Method::CreateVolume => Some(Method::DeleteVolume),
+        Method::ControllerPublishVolume => Some(Method::ControllerUnpublishVolume),
+        _ => None,
+    }
+}
+
+/// Bytes of the teardown's error message: a megabyte, as a driver that puts a whole backend
+/// response or stack trace in its status would send.
+const TEARDOWN_MESSAGE_BYTES: usize = 1 << 20;
+
+/// The garbage of the teardown method. Its response has no fields (CSI spec:
+/// `DeleteVolumeResponse {}`, `ControllerUnpublishVolumeResponse {}`), so its only garbage is
+/// its status: a fifth of its calls fail `Internal` with a megabyte of message, which the
+/// sidecar must cut before it goes into an Event, a PV annotation or a VolumeAttachment's
+/// `status.detachError`, and retry until the volume is gone.
+pub(crate) fn teardown_faults(method: Method, seed: u64) -> Vec<DriverFault> {
+    let Some(teardown) = teardown(method) else {
+        return Vec::new();
+    };
+    let mut message = String::with_capacity(TEARDOWN_MESSAGE_BYTES);
+    message.push_str("backend error: ");
+    while message.len() + "ünïcödé ".len() <= TEARDOWN_MESSAGE_BYTES {
+        message.push_str("ünïcödé ");
+    }
+    vec![DriverFault {
+        method: teardown,
+        when: When::Sampled {
+            percent: 20,
+            seed: seed.rotate_left(17),
+        },
+        action: Action::Error(tonic::Code::Internal, message),
+    }]
+}
+
+/// Notes how many teardown calls got the megabyte error (they fail `Internal`; no other fault
+/// of this row makes that code), and that every one was retried: the verdict's orphan count
+/// is the proof that the volumes went in the end.
+pub(crate) fn teardown_outcome(rig: &Rig, method: Method, notes: &mut Vec<String>) {
+    let Some(teardown) = teardown(method) else {
+        return;
+    };
+    let calls = rig.driver.calls_of(teardown);
+    let garbled = calls
+        .iter()
+        .filter(|c| c.code == Some(tonic::Code::Internal))
+        .count();
+    notes.push(format!(
+        "{garbled} of {} {} answers a 1 MiB Internal error",
+        calls.len(),
+        teardown.name()
+    ));
 }
 
 /// Which kind (index into `kinds(method)`) the `n`-th call (1-based) of `method` was
@@ -301,6 +362,28 @@ mod tests {
     #[test]
     fn other_methods_get_no_garbage() {
         assert!(driver_faults(Method::DeleteVolume, 1).is_empty());
+        assert!(teardown_faults(Method::ControllerExpandVolume, 1).is_empty());
+    }
+
+    #[test]
+    fn the_teardown_fails_a_fifth_of_its_calls_with_a_megabyte() {
+        let faults = teardown_faults(Method::CreateVolume, 3);
+        let [fault] = faults.as_slice() else {
+            panic!("{faults:?}");
+        };
+        assert_eq!(fault.method, Method::DeleteVolume);
+        let Action::Error(tonic::Code::Internal, message) = &fault.action else {
+            panic!("{:?}", fault.action);
+        };
+        assert!(
+            (TEARDOWN_MESSAGE_BYTES - 16..=TEARDOWN_MESSAGE_BYTES).contains(&message.len()),
+            "{}",
+            message.len()
+        );
+        let hit = (1..=10_000).filter(|&n| fault.when.matches(n)).count();
+        assert!((1_700..2_300).contains(&hit), "{hit} of 10000");
+        let unpublish = teardown_faults(Method::ControllerPublishVolume, 3);
+        assert_eq!(unpublish[0].method, Method::ControllerUnpublishVolume);
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! csi-attacher's burst: N PVs stored with their volumes in the driver, then N
 //! VolumeAttachments created at once, as the attach-detach controller does. Done: a live VA
 //! has `status.attached`; a VA deleted mid-attach is gone (the attacher detached it and
-//! removed its finalizer). A volume still published to the node without a VA is an orphan.
+//! removed its finalizer). At the end every VA is deleted; a volume still published to the
+//! node once they are gone is an orphan.
 
 use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -12,12 +14,15 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use proto::csi::v1::ControllerPublishVolumeRequest;
 use serde_json::json;
+use tokio::time::Instant;
 use testbed_mock_csi::{DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID, Method, MockVolume};
 
 use super::{Tally, Verdict, at_once, last_seq, repeats};
 use crate::rig::{NAMESPACE, Rig, SECRET_NAME};
 
 const GI: i64 = 1 << 30;
+/// How long the teardown's detaches may take.
+const DETACH_TIMEOUT: Duration = Duration::from_mins(2);
 
 fn pv_name(i: usize) -> String {
     format!("chaos-pv-{i}")
@@ -146,24 +151,12 @@ impl Attaching {
         }
     }
 
-    pub(crate) fn verdict(&self, rig: &Rig) -> Verdict {
-        let live: BTreeSet<String> = rig
-            .server
-            .list_objects::<VolumeAttachment>(None)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|v| v.spec.source.persistent_volume_name)
-            .map(|pv| pv.replacen("chaos-pv-", "chaos-vol-", 1))
-            .collect();
-        let orphaned = rig
-            .driver
-            .volumes()
-            .into_iter()
-            .filter(|v| v.published_nodes.contains_key(DEFAULT_NODE_ID))
-            .filter(|v| !live.contains(&v.volume_id))
-            .count();
-        Verdict {
-            orphaned: Some(orphaned),
+    /// Duplicates first; then every VA is deleted, as the attach-detach controller does when
+    /// the pods go, and once they are gone (each detached and its finalizer removed) a volume
+    /// still published to the node is an orphan.
+    pub(crate) async fn verdict(&self, rig: &mut Rig) -> anyhow::Result<Verdict> {
+        let mut verdict = Verdict {
+            orphaned: None,
             duplicated: repeats(
                 rig,
                 Method::ControllerPublishVolume,
@@ -171,7 +164,38 @@ impl Attaching {
                 |r: &ControllerPublishVolumeRequest| Some(r.volume_id.clone()),
             ),
             problems: Vec::new(),
+        };
+        let api = Self::attachments(rig);
+        for name in (0..self.count).map(va_name) {
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(e) => return Err(e).with_context(|| format!("cannot delete {name}")),
+            }
         }
+        let deadline = Instant::now() + DETACH_TIMEOUT;
+        loop {
+            rig.restart_exited()?;
+            let left = rig.server.list_objects::<VolumeAttachment>(None)?.len();
+            if left == 0 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                verdict.problems.push(format!(
+                    "{left} VAs left {DETACH_TIMEOUT:?} after they were deleted"
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let orphaned = rig
+            .driver
+            .volumes()
+            .into_iter()
+            .filter(|v| v.published_nodes.contains_key(DEFAULT_NODE_ID))
+            .count();
+        verdict.orphaned = Some(orphaned);
+        Ok(verdict)
     }
 }
 

@@ -108,11 +108,12 @@ impl Workload {
     }
 
     /// Orphans and duplicates, once the burst converged (or timed out). The provisioner's
-    /// claims are deleted first, so a volume left in the driver is a leak.
+    /// claims and the attacher's VolumeAttachments are deleted first, so a volume left in the
+    /// driver (published, for the attacher) is a leak.
     pub(crate) async fn verdict(&mut self, rig: &mut Rig) -> anyhow::Result<Verdict> {
         match self {
             Self::Provisioner(w) => w.verdict(rig).await,
-            Self::Attacher(w) => Ok(w.verdict(rig)),
+            Self::Attacher(w) => w.verdict(rig).await,
             Self::Resizer(w) => Ok(w.verdict(rig)),
         }
     }
