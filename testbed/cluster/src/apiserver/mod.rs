@@ -187,8 +187,9 @@ impl ApiServer {
     /// compaction, `--etcd-compaction-interval`, ran while it was down), so a watch resumed
     /// from an old resourceVersion gets 410 Expired and the client must re-list.
     ///
-    /// Requests already being answered are allowed to finish (a graceful stop); a real crash
-    /// would reset them, which clients handle as any other dropped connection.
+    /// Every open connection is reset, requests being answered included, as when the process
+    /// dies ([`Listening::shutdown`]): a graceful stop waited for a watch that slipped past the
+    /// dropped ones and kept the server half down until its client gave up.
     ///
     /// # Errors
     /// The address cannot be bound again.
