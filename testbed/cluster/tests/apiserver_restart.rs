@@ -34,18 +34,27 @@ async fn stored_config_map(api: &Api<ConfigMap>) -> String {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_restart_ends_watches_refuses_connections_then_serves_the_same_objects_newer() {
-    let server = ApiServer::new();
+type Watch = futures::stream::BoxStream<'static, kube::Result<WatchEvent<ConfigMap>>>;
+
+/// A listening server with one stored ConfigMap, a client of it, the ConfigMap's
+/// resourceVersion and a watch open from there.
+async fn watching(server: &ApiServer) -> (Listening, Api<ConfigMap>, String, Watch) {
     let listening = server.listen().await.unwrap();
-    let addr = listening.addr();
     let api: Api<ConfigMap> = Api::namespaced(client_of(&listening), "default");
     let created_rv = stored_config_map(&api).await;
-    let mut watch = api
+    let watch = api
         .watch(&WatchParams::default(), &created_rv)
         .await
         .unwrap()
         .boxed();
+    (listening, api, created_rv, watch)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_ends_watches_refuses_connections_then_serves_the_same_objects_newer() {
+    let server = ApiServer::new();
+    let (listening, api, created_rv, mut watch) = watching(&server).await;
+    let addr = listening.addr();
 
     let restarting = tokio::spawn({
         let server = server.clone();
@@ -114,22 +123,21 @@ async fn a_stop_resets_every_connection_an_open_watch_included() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     let server = ApiServer::new();
-    let listening = server.listen().await.unwrap();
-    let api: Api<ConfigMap> = Api::namespaced(client_of(&listening), "default");
-    let created_rv = stored_config_map(&api).await;
-    let mut watch = api
-        .watch(&WatchParams::default(), &created_rv)
-        .await
-        .unwrap()
-        .boxed();
+    let (listening, _api, _rv, mut watch) = watching(&server).await;
     // A keep-alive connection that has had its answer and waits for the next request.
-    let mut idle = tokio::net::TcpStream::connect(listening.addr()).await.unwrap();
+    let mut idle = tokio::net::TcpStream::connect(listening.addr())
+        .await
+        .unwrap();
     idle.write_all(b"GET /version HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
     let mut answer = vec![0; 4096];
     let n = idle.read(&mut answer).await.unwrap();
-    assert!(answer[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &answer[..n]);
+    assert!(
+        answer[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        &answer[..n]
+    );
 
     tokio::time::timeout(Duration::from_secs(5), listening.shutdown())
         .await

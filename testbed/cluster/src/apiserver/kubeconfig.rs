@@ -37,10 +37,7 @@ impl Listening {
         let addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
         let (kill, killed) = watch::channel(false);
-        let listener = KillableListener {
-            listener,
-            killed,
-        };
+        let listener = KillableListener { listener, killed };
         let task = tokio::spawn(async move {
             let serve = axum::serve(listener, router).with_graceful_shutdown(async {
                 let _ = stopped.await;

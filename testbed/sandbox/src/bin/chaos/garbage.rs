@@ -23,6 +23,7 @@ use testbed_mock_csi::{
 };
 
 use crate::rig::Rig;
+use crate::workload::{Verdict, Workload};
 
 /// Share of the burst method's answers garbled, in percent (the "e.g. 20 %").
 const GARBLED_PERCENT: f64 = 20.0;
@@ -185,10 +186,30 @@ pub(crate) fn teardown_faults(method: Method, seed: u64) -> Vec<DriverFault> {
     }]
 }
 
+/// The row's verdict: [`outcome`] of the burst, then the workload's verdict with the teardown
+/// garbage armed again for its deletions, then how many teardown calls it garbled.
+pub(crate) async fn verdict(
+    rig: &mut Rig,
+    work: &mut Workload,
+    seed: u64,
+    notes: &mut Vec<String>,
+    problems: &mut Vec<String>,
+) -> anyhow::Result<Verdict> {
+    let method = work.method();
+    outcome(rig, method, seed, notes, problems);
+    for driver_fault in teardown_faults(method, seed) {
+        rig.driver.inject(driver_fault);
+    }
+    let verdict = work.verdict(rig).await;
+    rig.driver.clear_faults();
+    teardown_outcome(rig, method, notes);
+    verdict
+}
+
 /// Notes how many teardown calls got the megabyte error (they fail `Internal`; no other fault
-/// of this row makes that code), and that every one was retried: the verdict's orphan count
-/// is the proof that the volumes went in the end.
-pub(crate) fn teardown_outcome(rig: &Rig, method: Method, notes: &mut Vec<String>) {
+/// of this row makes that code); every one was retried: the verdict's orphan count is the
+/// proof that the volumes went in the end.
+fn teardown_outcome(rig: &Rig, method: Method, notes: &mut Vec<String>) {
     let Some(teardown) = teardown(method) else {
         return;
     };
@@ -279,7 +300,7 @@ fn warning_events(rig: &Rig) -> usize {
 /// events they caused (the positive signal that the sidecar saw the garbage; events are
 /// written asynchronously, so the count is what was stored when the burst converged), and the
 /// replicas' peak memory, read before they stop (a sidecar that kept the garbage would grow).
-pub(crate) fn outcome(
+fn outcome(
     rig: &Rig,
     method: Method,
     seed: u64,

@@ -148,18 +148,11 @@ async fn drive(
         writer.abort();
     }
     rig.driver.clear_faults();
-    if fault == Fault::DriverGarbage {
-        garbage::outcome(rig, work.method(), setup.seed, &mut notes, &mut problems);
-        // The verdict's deletions meet the teardown's garbage too.
-        for driver_fault in garbage::teardown_faults(work.method(), setup.seed) {
-            rig.driver.inject(driver_fault);
-        }
-    }
-    let verdict = work.verdict(rig).await?;
-    if fault == Fault::DriverGarbage {
-        rig.driver.clear_faults();
-        garbage::teardown_outcome(rig, work.method(), &mut notes);
-    }
+    let verdict = if fault == Fault::DriverGarbage {
+        garbage::verdict(rig, &mut work, setup.seed, &mut notes, &mut problems).await?
+    } else {
+        work.verdict(rig).await?
+    };
     problems.extend(verdict.problems);
     if !tally.complete() {
         problems.push(format!(

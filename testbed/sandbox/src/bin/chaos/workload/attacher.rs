@@ -5,7 +5,6 @@
 //! node once they are gone is an orphan.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -14,15 +13,12 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use proto::csi::v1::ControllerPublishVolumeRequest;
 use serde_json::json;
-use tokio::time::Instant;
 use testbed_mock_csi::{DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID, Method, MockVolume};
 
-use super::{Tally, Verdict, at_once, last_seq, repeats};
+use super::{Tally, Verdict, at_once, last_seq, repeats, wait_all_gone};
 use crate::rig::{NAMESPACE, Rig, SECRET_NAME};
 
 const GI: i64 = 1 << 30;
-/// How long the teardown's detaches may take.
-const DETACH_TIMEOUT: Duration = Duration::from_mins(2);
 
 fn pv_name(i: usize) -> String {
     format!("chaos-pv-{i}")
@@ -173,21 +169,8 @@ impl Attaching {
                 Err(e) => return Err(e).with_context(|| format!("cannot delete {name}")),
             }
         }
-        let deadline = Instant::now() + DETACH_TIMEOUT;
-        loop {
-            rig.restart_exited()?;
-            let left = rig.server.list_objects::<VolumeAttachment>(None)?.len();
-            if left == 0 {
-                break;
-            }
-            if Instant::now() >= deadline {
-                verdict.problems.push(format!(
-                    "{left} VAs left {DETACH_TIMEOUT:?} after they were deleted"
-                ));
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let left = wait_all_gone::<VolumeAttachment>(rig, "they were deleted").await?;
+        verdict.problems.extend(left);
         let orphaned = rig
             .driver
             .volumes()

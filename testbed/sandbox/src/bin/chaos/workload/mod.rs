@@ -138,6 +138,32 @@ where
 }
 
 /// The last call sequence number the driver recorded (`None` before the first call).
+/// How long a teardown (claims or VolumeAttachments deleted in the verdict) may take.
+pub(crate) const TEARDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_mins(2);
+
+/// Waits until the API server holds no `K` (restarting exited replicas meanwhile); a problem
+/// naming how many are left when [`TEARDOWN_TIMEOUT`] passes first.
+pub(crate) async fn wait_all_gone<K>(rig: &mut Rig, after: &str) -> anyhow::Result<Option<String>>
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    let deadline = tokio::time::Instant::now() + TEARDOWN_TIMEOUT;
+    loop {
+        rig.restart_exited()?;
+        let left = rig.server.list_objects::<K>(None)?.len();
+        if left == 0 {
+            return Ok(None);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(Some(format!(
+                "{left} {} left {TEARDOWN_TIMEOUT:?} after {after}",
+                K::plural(&())
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 pub(crate) fn last_seq(rig: &Rig) -> Option<u64> {
     rig.driver.calls().last().map(|c| c.seq)
 }

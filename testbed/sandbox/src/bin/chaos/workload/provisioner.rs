@@ -6,7 +6,6 @@
 //! driver is an orphan.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
@@ -16,14 +15,11 @@ use kube::api::{DeleteParams, PostParams};
 use proto::csi::v1::CreateVolumeRequest;
 use serde_json::json;
 use testbed_mock_csi::{DEFAULT_DRIVER_NAME, Method};
-use tokio::time::Instant;
 
-use super::{Tally, Verdict, at_once, last_seq, repeats};
+use super::{Tally, Verdict, at_once, last_seq, repeats, wait_all_gone};
 use crate::rig::{NAMESPACE, Rig, SECRET_NAME};
 
 const CLASS: &str = "chaos-immediate";
-/// How long the deletion phase may take before the PVs left count as a problem.
-const DELETE_TIMEOUT: Duration = Duration::from_mins(2);
 
 fn claim_name(i: usize) -> String {
     format!("chaos-claim-{i}")
@@ -222,21 +218,8 @@ impl Provisioning {
         for name in (0..self.count).map(claim_name) {
             delete_claim(&api, &name).await?;
         }
-        let deadline = Instant::now() + DELETE_TIMEOUT;
-        loop {
-            rig.restart_exited()?;
-            let left = rig.server.list_objects::<PersistentVolume>(None)?.len();
-            if left == 0 {
-                break;
-            }
-            if Instant::now() >= deadline {
-                verdict.problems.push(format!(
-                    "{left} PVs left {DELETE_TIMEOUT:?} after the claims were deleted"
-                ));
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let left = wait_all_gone::<PersistentVolume>(rig, "the claims were deleted").await?;
+        verdict.problems.extend(left);
         verdict.orphaned = Some(rig.driver.volumes().len());
         Ok(verdict)
     }
