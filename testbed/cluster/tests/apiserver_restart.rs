@@ -151,3 +151,45 @@ async fn a_stop_resets_every_connection_an_open_watch_included() {
     let read = idle.read_to_end(&mut rest).await;
     assert!(read.is_err() || rest.is_empty(), "{rest:?}");
 }
+
+/// In-process clients (the controller-manager stand-in uses one) lose the server while it is
+/// down, as a real kube-controller-manager loses a restarting apiserver; before, they kept
+/// writing through the restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn in_process_clients_are_refused_while_the_server_is_down() {
+    let server = ApiServer::new();
+    let (listening, _api, _rv, _watch) = watching(&server).await;
+    let addr = listening.addr();
+    let in_process: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    let restarting = tokio::spawn({
+        let server = server.clone();
+        async move {
+            server
+                .restart(listening, Duration::from_secs(2), false)
+                .await
+                .unwrap()
+        }
+    });
+    // The port refusing connections is the sign that the server is down.
+    while tokio::net::TcpStream::connect(addr).await.is_ok() {
+        assert!(
+            !restarting.is_finished(),
+            "the port never refused a connection"
+        );
+    }
+    let refused = in_process.list(&ListParams::default()).await;
+    assert!(
+        matches!(refused, Err(kube::Error::Service(_))),
+        "{refused:?}"
+    );
+    let _listening = restarting.await.unwrap();
+    let names: Vec<_> = in_process
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(names, [Some("kept".to_owned())]);
+}

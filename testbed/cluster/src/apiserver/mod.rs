@@ -23,6 +23,7 @@ mod encode;
 mod events;
 mod faults;
 mod handlers;
+mod in_process;
 mod kubeconfig;
 mod list;
 mod managed;
@@ -103,6 +104,8 @@ pub(crate) struct Shared {
     faults: Faults,
     requests: RequestCounts,
     config: Config,
+    /// A restart has the server down: in-process clients are refused too ([`InProcess`]).
+    down: std::sync::atomic::AtomicBool,
 }
 
 /// Errors of the direct (non-HTTP) store access helpers.
@@ -147,6 +150,7 @@ impl ApiServer {
                 requests: RequestCounts::default(),
                 store,
                 config,
+                down: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         for ns in server.shared.config.namespaces.clone() {
@@ -168,8 +172,11 @@ impl ApiServer {
     }
 
     /// A `kube::Client` talking to this server in-process (default namespace `default`).
+    /// While a [`ApiServer::restart`] has the server down, its requests fail as a refused
+    /// connection would.
     pub fn client(&self) -> kube::Client {
-        kube::Client::new(self.router(), "default")
+        let service = in_process::InProcess::new(self.router(), self.shared.clone());
+        kube::Client::new(service, "default")
     }
 
     /// Listen on 127.0.0.1 with a random port (plain HTTP/1.1).
@@ -200,6 +207,11 @@ impl ApiServer {
         compact: bool,
     ) -> std::io::Result<Listening> {
         let addr = listening.addr();
+        // In-process clients (the controller-manager stand-in) lose the server too: a real
+        // kube-controller-manager cannot reach a restarting apiserver either.
+        self.shared
+            .down
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.faults().drop_watches();
         listening.shutdown().await;
         tokio::time::sleep(down).await;
@@ -216,7 +228,11 @@ impl ApiServer {
         if compact {
             self.faults().compact();
         }
-        Listening::start_at(self.router(), addr).await
+        let listening = Listening::start_at(self.router(), addr).await;
+        self.shared
+            .down
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        listening
     }
 
     /// Fault injection.
