@@ -50,21 +50,27 @@ async fn watching(server: &ApiServer) -> (Listening, Api<ConfigMap>, String, Wat
     (listening, api, created_rv, watch)
 }
 
+/// Starts a restart with 2 s of down time; the task ends with the server listening again.
+fn restart_for_two_seconds(
+    server: &ApiServer,
+    listening: Listening,
+) -> tokio::task::JoinHandle<Listening> {
+    let server = server.clone();
+    tokio::spawn(async move {
+        server
+            .restart(listening, Duration::from_secs(2), false)
+            .await
+            .unwrap()
+    })
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_ends_watches_refuses_connections_then_serves_the_same_objects_newer() {
     let server = ApiServer::new();
     let (listening, api, created_rv, mut watch) = watching(&server).await;
     let addr = listening.addr();
 
-    let restarting = tokio::spawn({
-        let server = server.clone();
-        async move {
-            server
-                .restart(listening, Duration::from_secs(2), false)
-                .await
-                .unwrap()
-        }
-    });
+    let restarting = restart_for_two_seconds(&server, listening);
     // The open watch ends (the stream is over, no event).
     assert!(watch.try_next().await.unwrap_or(None).is_none());
     // While it is down, the port refuses connections.
@@ -161,15 +167,7 @@ async fn in_process_clients_are_refused_while_the_server_is_down() {
     let (listening, _api, _rv, _watch) = watching(&server).await;
     let addr = listening.addr();
     let in_process: Api<ConfigMap> = Api::namespaced(server.client(), "default");
-    let restarting = tokio::spawn({
-        let server = server.clone();
-        async move {
-            server
-                .restart(listening, Duration::from_secs(2), false)
-                .await
-                .unwrap()
-        }
-    });
+    let restarting = restart_for_two_seconds(&server, listening);
     // The port refusing connections is the sign that the server is down.
     while tokio::net::TcpStream::connect(addr).await.is_ok() {
         assert!(
