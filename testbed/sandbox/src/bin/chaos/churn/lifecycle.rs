@@ -9,19 +9,21 @@
 //! - csi-attacher: VolumeAttachments of stored PVs created, attached, deleted; the sidecar
 //!   detaches them and removes its finalizer.
 //! - csi-resizer: bound claims and PVs stored (as csi-provisioner and the PV controller leave
-//!   them), expanded from 1Gi to 2Gi, then removed from the store (as the provisioner's
-//!   deletion and the protection controller would), and new ones stored.
+//!   them), expanded from 1Gi to 2Gi and moved to a VolumeAttributesClass in one change (so
+//!   the expansion and the modify controllers both work on every claim), then removed from
+//!   the store (as the provisioner's deletion and the protection controller would), and new
+//!   ones stored.
 
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use csi_common::quantity::parse_bytes;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment, VolumeAttributesClass};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use testbed_mock_csi::{DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID, MockVolume};
+use testbed_mock_csi::{ControllerRpc, DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID, MockVolume};
 use testbed_sandbox::fixtures::Binding;
 use tokio::time::Instant;
 
@@ -31,6 +33,8 @@ use crate::workload::at_once;
 
 const GI: i64 = 1 << 30;
 const CLASS: &str = "churn";
+/// The VolumeAttributesClass every resizer claim is moved to.
+const MODIFIED_CLASS: &str = "churn-gold";
 /// Longest a batch may take to reach each step before the run stops as stuck.
 const STEP_TIMEOUT: Duration = Duration::from_mins(1);
 /// How often the store is read while a batch moves on.
@@ -65,10 +69,23 @@ impl Lifecycles {
                     rig.server.put_object(&attachable_pv(i)?)?;
                 }
             }
-            // No kubelet finishes a node expansion here (as in the resizer's burst).
-            Sidecar::Resizer => rig
-                .driver
-                .update_config(|config| config.node_expansion_required = false),
+            // No kubelet finishes a node expansion here (as in the resizer's burst). The
+            // driver can modify volumes, so the modify controller runs too (the
+            // VolumeAttributesClass gate is on by default, as upstream's).
+            Sidecar::Resizer => {
+                rig.driver.update_config(|config| {
+                    config.node_expansion_required = false;
+                    config
+                        .controller_capabilities
+                        .push(ControllerRpc::ModifyVolume);
+                });
+                let gold: VolumeAttributesClass = serde_json::from_value(json!({
+                    "metadata": {"name": MODIFIED_CLASS},
+                    "driverName": DEFAULT_DRIVER_NAME,
+                    "parameters": {"iops": "3000"},
+                }))?;
+                rig.server.put_object(&gold)?;
+            }
             Sidecar::Provisioner => {}
         }
         Ok(Self {
@@ -213,7 +230,10 @@ impl Lifecycles {
                 .put_object(&binding.volume(&stored.metadata.uid.unwrap_or_default())?)?;
         }
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(rig.server.client(), NAMESPACE);
-        let body = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
+        let body = json!({"spec": {
+            "resources": {"requests": {"storage": "2Gi"}},
+            "volumeAttributesClassName": MODIFIED_CLASS,
+        }});
         at_once(self.batch, |i| {
             let (claims, name, body) = (claims.clone(), self.name("claim", i), body.clone());
             async move {
@@ -225,16 +245,24 @@ impl Lifecycles {
         })
         .await
         .context("cannot resize a claim")?;
-        self.wait(rig, "every claim's status at 2Gi", |rig| {
-            let expanded = rig
-                .server
-                .list_objects::<PersistentVolumeClaim>(Some(NAMESPACE))?
-                .into_iter()
-                .filter_map(|c| c.status?.capacity?.get("storage").cloned())
-                .filter(|q| parse_bytes(&q.0).is_ok_and(|b| b >= 2 * GI))
-                .count();
-            Ok(expanded == self.batch)
-        })
+        self.wait(
+            rig,
+            "every claim's status at 2Gi and of the new class",
+            |rig| {
+                let done = rig
+                    .server
+                    .list_objects::<PersistentVolumeClaim>(Some(NAMESPACE))?
+                    .into_iter()
+                    .filter_map(|c| c.status)
+                    .filter(|s| {
+                        s.current_volume_attributes_class_name.as_deref() == Some(MODIFIED_CLASS)
+                    })
+                    .filter_map(|s| s.capacity?.get("storage").cloned())
+                    .filter(|q| parse_bytes(&q.0).is_ok_and(|b| b >= 2 * GI))
+                    .count();
+                Ok(done == self.batch)
+            },
+        )
         .await?;
         for i in 0..self.batch {
             rig.server
