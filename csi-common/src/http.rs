@@ -132,7 +132,9 @@ const BACKLOG: u32 = 0x7fff_ffff;
 /// [`BACKLOG`].
 async fn listen_on(address: impl tokio::net::ToSocketAddrs) -> std::io::Result<TcpListener> {
     let mut last = None;
-    for addr in tokio::net::lookup_host(address).await? {
+    // Every step can fail for one address and not the next (no IPv6 in the kernel, for one),
+    // so, as `TcpListener::bind` does, each error only moves on to the next address.
+    let listen_at = |addr: SocketAddr| -> std::io::Result<TcpListener> {
         let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()?
         } else {
@@ -141,7 +143,11 @@ async fn listen_on(address: impl tokio::net::ToSocketAddrs) -> std::io::Result<T
         // As `TcpListener::bind` does on Unix: a restarted sidecar binds its port again at
         // once, whatever connections of the old one are still in TIME_WAIT.
         socket.set_reuseaddr(true)?;
-        match socket.bind(addr).and_then(|()| socket.listen(BACKLOG)) {
+        socket.bind(addr)?;
+        socket.listen(BACKLOG)
+    };
+    for addr in tokio::net::lookup_host(address).await? {
+        match listen_at(addr) {
             Ok(listener) => return Ok(listener),
             Err(err) => last = Some(err),
         }
@@ -184,9 +190,7 @@ impl Listener {
             // back to IPv4 where IPv6 is disabled (common in pods).
             match listen_on(format!("[::]:{port}")).await {
                 Ok(l) => l,
-                Err(_) => listen_on(format!("0.0.0.0:{port}"))
-                    .await
-                    .map_err(listen)?,
+                Err(_) => listen_on(format!("0.0.0.0:{port}")).await.map_err(listen)?,
             }
         } else {
             listen_on(address).await.map_err(listen)?

@@ -1,5 +1,9 @@
 //! A model-based property test of the settled records: one VolumeAttachment, attached by a
-//! sync whose every step interleaves at random with the informer and with another writer.
+//! sync that the informer and another writer interleave with at random at three points:
+//! between its read of the record and its read of the cache, while its status write is in
+//! flight, and while the write's answer comes back. The publish and the finalizer patch are
+//! one step here (no interleaving point between them matters to the records: an attach
+//! record covers every version until the cache shows the attach).
 //!
 //! What the model copies of the real peers, and why each matters here:
 //! - kube-apiserver gives every write a new, larger resourceVersion, and a merge patch without
@@ -156,7 +160,7 @@ fn va(version: Version) -> VolumeAttachment {
     }
 }
 
-/// One sync, as `sync_attachment` and `attach::attach` do it, moving a step at each
+/// One sync, in the order of `sync_attachment` (record, then cache), moving a step at each
 /// `Step::Sync` of `steps` (a sync that runs out of steps finishes its write as stored).
 async fn sync(
     world: &std::cell::RefCell<World>,

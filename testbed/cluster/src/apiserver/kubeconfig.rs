@@ -5,22 +5,18 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use std::future::Future;
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+
+use super::killable::KillableListener;
 
 /// A running listener; the server stops when this is dropped.
 #[derive(Debug)]
 pub struct Listening {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
-    /// Set on shutdown: every accepted connection fails at once (see [`Killable`]).
+    /// Set on shutdown: every accepted connection fails at once (`super::killable`).
     kill: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -37,7 +33,7 @@ impl Listening {
         let addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
         let (kill, killed) = watch::channel(false);
-        let listener = KillableListener { listener, killed };
+        let listener = KillableListener::new(listener, killed);
         let task = tokio::spawn(async move {
             let serve = axum::serve(listener, router).with_graceful_shutdown(async {
                 let _ = stopped.await;
@@ -78,7 +74,7 @@ impl Listening {
     }
 
     /// Stops the way a kube-apiserver process that dies looks to its clients: the listener
-    /// closes and every open connection fails at once, watches and requests being answered
+    /// closes and every open connection is closed at once, watches and requests being answered
     /// included; then waits for the listener task.
     ///
     /// A graceful stop that let requests in flight finish was not enough: a watch a client
@@ -102,92 +98,5 @@ impl Drop for Listening {
             let _ = stop.send(());
         }
         self.task.abort();
-    }
-}
-
-/// The TCP listener, handing out connections that fail once `killed` is set.
-struct KillableListener {
-    listener: TcpListener,
-    killed: watch::Receiver<bool>,
-}
-
-impl axum::serve::Listener for KillableListener {
-    type Io = Killable;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            match self.listener.accept().await {
-                Ok((io, addr)) => {
-                    let mut killed = self.killed.clone();
-                    let killed = Box::pin(async move {
-                        // An error means the sender is gone: the server is gone too.
-                        let _ = killed.wait_for(|k| *k).await;
-                    });
-                    return (Killable { io, killed }, addr);
-                }
-                // Out of descriptors and the like: axum's own listener waits and retries.
-                Err(e) => {
-                    tracing::debug!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.listener.local_addr()
-    }
-}
-
-/// One accepted connection. Once the server is killed, every read and write fails with
-/// `ConnectionReset`, so hyper drops the connection (and the socket closes) whatever it was
-/// doing: an idle keep-alive, a request being answered, a watch. The wake-up comes from the
-/// kill future, polled before the socket on every call.
-struct Killable {
-    io: TcpStream,
-    killed: Pin<Box<dyn Future<Output = ()> + Send>>,
-}
-
-impl Killable {
-    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        match self.killed.as_mut().poll(cx) {
-            Poll::Ready(()) => Err(io::ErrorKind::ConnectionReset.into()),
-            Poll::Pending => Ok(()),
-        }
-    }
-}
-
-impl AsyncRead for Killable {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        this.check(cx)?;
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Killable {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        this.check(cx)?;
-        Pin::new(&mut this.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        this.check(cx)?;
-        Pin::new(&mut this.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }

@@ -24,6 +24,7 @@ mod events;
 mod faults;
 mod handlers;
 mod in_process;
+mod killable;
 mod kubeconfig;
 mod list;
 mod managed;
@@ -42,6 +43,7 @@ mod validation;
 mod watch;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -104,8 +106,9 @@ pub(crate) struct Shared {
     faults: Faults,
     requests: RequestCounts,
     config: Config,
-    /// A restart has the server down: in-process clients are refused too ([`InProcess`]).
-    down: std::sync::atomic::AtomicBool,
+    /// A restart has the server down: in-process clients are refused too
+    /// ([`in_process::InProcess`]), and a watch that starts now ends at once.
+    down: AtomicBool,
 }
 
 /// Errors of the direct (non-HTTP) store access helpers.
@@ -150,7 +153,7 @@ impl ApiServer {
                 requests: RequestCounts::default(),
                 store,
                 config,
-                down: std::sync::atomic::AtomicBool::new(false),
+                down: AtomicBool::new(false),
             }),
         };
         for ns in server.shared.config.namespaces.clone() {
@@ -172,7 +175,7 @@ impl ApiServer {
     }
 
     /// A `kube::Client` talking to this server in-process (default namespace `default`).
-    /// While a [`ApiServer::restart`] has the server down, its requests fail as a refused
+    /// While an [`ApiServer::restart`] has the server down, its requests fail as a refused
     /// connection would.
     pub fn client(&self) -> kube::Client {
         let service = in_process::InProcess::new(self.router(), self.shared.clone());
@@ -194,7 +197,7 @@ impl ApiServer {
     /// compaction, `--etcd-compaction-interval`, ran while it was down), so a watch resumed
     /// from an old resourceVersion gets 410 Expired and the client must re-list.
     ///
-    /// Every open connection is reset, requests being answered included, as when the process
+    /// Every open connection is closed, requests being answered included, as when the process
     /// dies ([`Listening::shutdown`]): a graceful stop waited for a watch that slipped past the
     /// dropped ones and kept the server half down until its client gave up.
     ///
@@ -209,9 +212,7 @@ impl ApiServer {
         let addr = listening.addr();
         // In-process clients (the controller-manager stand-in) lose the server too: a real
         // kube-controller-manager cannot reach a restarting apiserver either.
-        self.shared
-            .down
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shared.down.store(true, Ordering::SeqCst);
         self.faults().drop_watches();
         listening.shutdown().await;
         tokio::time::sleep(down).await;
@@ -229,9 +230,7 @@ impl ApiServer {
             self.faults().compact();
         }
         let listening = Listening::start_at(self.router(), addr).await;
-        self.shared
-            .down
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.shared.down.store(false, Ordering::SeqCst);
         listening
     }
 

@@ -15,6 +15,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -203,6 +204,10 @@ pub(crate) fn watch(shared: &Arc<Shared>, req: &ResourceRequest) -> Result<Respo
 
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let epoch = shared.store.epoch();
+    // A restart sets `down` before it drops the watches: a watch whose request passed the
+    // in-process client's check before that, but that subscribes only after the drop, would
+    // miss the drop and stay open through the restart; it ends here instead.
+    let ended = ended || shared.down.load(Ordering::SeqCst);
     let interval = shared.config.bookmark_interval;
     let agent = req
         .headers

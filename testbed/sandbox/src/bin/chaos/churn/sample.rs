@@ -154,7 +154,8 @@ pub(crate) fn csv_line(s: &Sample) -> String {
 }
 
 /// The samples of a run, kept in memory for the verdict and appended to a CSV in the work
-/// dir as each is taken, so a run cut short (the machine restarted, the command killed)
+/// dir as each is taken, so a run cut short (the command or its session killed; not a power loss, as nothing is
+/// synced to disk)
 /// still leaves the trend it saw up to then.
 pub(crate) struct SampleLog {
     samples: Vec<Sample>,

@@ -171,11 +171,21 @@ impl Attaching {
         }
         let left = wait_all_gone::<VolumeAttachment>(rig, "they were deleted").await?;
         verdict.problems.extend(left);
+        // A VA still there (the wait timed out, reported above) is not orphaned: its volume
+        // may rightly still be published.
+        let live: BTreeSet<String> = rig
+            .server
+            .list_objects::<VolumeAttachment>(None)?
+            .into_iter()
+            .filter_map(|v| v.spec.source.persistent_volume_name)
+            .map(|pv| pv.replacen("chaos-pv-", "chaos-vol-", 1))
+            .collect();
         let orphaned = rig
             .driver
             .volumes()
             .into_iter()
             .filter(|v| v.published_nodes.contains_key(DEFAULT_NODE_ID))
+            .filter(|v| !live.contains(&v.volume_id))
             .count();
         verdict.orphaned = Some(orphaned);
         Ok(verdict)

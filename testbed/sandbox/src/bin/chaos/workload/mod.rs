@@ -137,7 +137,6 @@ where
     results.into_iter().collect()
 }
 
-/// The last call sequence number the driver recorded (`None` before the first call).
 /// How long a teardown (claims or VolumeAttachments deleted in the verdict) may take.
 pub(crate) const TEARDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_mins(2);
 
@@ -164,6 +163,7 @@ where
     }
 }
 
+/// The last call sequence number the driver recorded (`None` before the first call).
 pub(crate) fn last_seq(rig: &Rig) -> Option<u64> {
     rig.driver.calls().last().map(|c| c.seq)
 }
