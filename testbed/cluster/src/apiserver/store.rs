@@ -73,6 +73,9 @@ struct Bucket {
 #[derive(Debug)]
 pub(crate) struct Inner {
     rv: u64,
+    /// resourceVersion the store started at: what came before is gone, as in an etcd
+    /// compacted at that revision.
+    first: u64,
     buckets: HashMap<&'static str, Bucket>,
     history_limit: usize,
     live: broadcast::Sender<Arc<Record>>,
@@ -111,12 +114,20 @@ pub(crate) fn prefix(namespace: Option<&str>) -> String {
 
 impl Store {
     /// An empty store keeping `history_limit` events per bucket.
+    #[cfg(test)]
     pub(crate) fn new(history_limit: usize) -> Self {
+        Self::starting_at(history_limit, 0)
+    }
+
+    /// As [`Store::new`], with `rv` as the resourceVersion of the last write: the first
+    /// write gets `rv + 1`.
+    pub(crate) fn starting_at(history_limit: usize, rv: u64) -> Self {
         let (live, _) = broadcast::channel(LIVE_CAPACITY);
         let (epoch, _) = watch::channel(0);
         Self {
             inner: Mutex::new(Inner {
-                rv: 0,
+                rv,
+                first: rv,
                 buckets: HashMap::new(),
                 history_limit: history_limit.max(1),
                 live,
@@ -192,14 +203,13 @@ impl Inner {
         prefix: &str,
         at: u64,
     ) -> Result<Vec<(String, Arc<Value>)>, TooOld> {
+        let compacted = self.compacted_at(bucket);
+        if at < compacted {
+            return Err(TooOld { oldest: compacted });
+        }
         let Some(b) = self.buckets.get(bucket) else {
             return Ok(Vec::new());
         };
-        if at < b.compacted {
-            return Err(TooOld {
-                oldest: b.compacted,
-            });
-        }
         let mut objects: BTreeMap<String, Arc<Value>> = b
             .objects
             .range(prefix.to_owned()..)
@@ -228,14 +238,13 @@ impl Inner {
         bucket: &str,
         after: u64,
     ) -> Result<Vec<Arc<Record>>, TooOld> {
+        let compacted = self.compacted_at(bucket);
+        if after < compacted {
+            return Err(TooOld { oldest: compacted });
+        }
         let Some(b) = self.buckets.get(bucket) else {
             return Ok(Vec::new());
         };
-        if after < b.compacted {
-            return Err(TooOld {
-                oldest: b.compacted,
-            });
-        }
         let newer: Vec<Arc<Record>> = b
             .history
             .iter()
@@ -244,6 +253,14 @@ impl Inner {
             .cloned()
             .collect();
         Ok(newer.into_iter().rev().collect())
+    }
+
+    /// The oldest resourceVersion `bucket` can serve from: its compaction, and never before
+    /// the store's start.
+    fn compacted_at(&self, bucket: &str) -> u64 {
+        self.buckets
+            .get(bucket)
+            .map_or(self.first, |b| b.compacted.max(self.first))
     }
 
     /// The oldest resourceVersion `bucket` can serve from.
@@ -348,6 +365,26 @@ mod tests {
         assert_eq!(gone["metadata"]["resourceVersion"], "3");
         assert_eq!(gone["v"], 2);
         assert!(inner.get("x", "/a").is_none());
+    }
+
+    #[test]
+    fn a_store_started_late_numbers_on_and_has_no_history_before_its_start() {
+        // A long-lived cluster's etcd revision is in the millions: its resourceVersions are
+        // long from the first write, and nothing older can be served (410 Expired).
+        let store = Store::starting_at(10, 999_999);
+        let mut inner = store.lock();
+        let a = inner.insert("x", key(None, "a"), obj("a", 1));
+        assert_eq!(a["metadata"]["resourceVersion"], "1000000");
+        assert_eq!(
+            inner.history_after("x", 5).unwrap_err(),
+            TooOld { oldest: 999_999 }
+        );
+        assert_eq!(
+            inner.range_at("y", "/", 5).unwrap_err(),
+            TooOld { oldest: 999_999 }
+        );
+        assert_eq!(inner.history_after("x", 999_999).unwrap().len(), 1);
+        assert!(inner.range_at("y", "/", 1_000_000).unwrap().is_empty());
     }
 
     #[test]

@@ -96,6 +96,10 @@ struct Args {
     /// Also write the table as Markdown to this file.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// resourceVersion of the API server's last write before the run (its etcd revision): a
+    /// cluster that has lived a while is in the millions, so its resourceVersions are long.
+    #[arg(long, default_value_t = 0)]
+    first_resource_version: u64,
     #[command(flatten)]
     churn: churn::ChurnArgs,
     /// Node faults to run (csi-node-driver-registrar, livenessprobe). Given alone, only these
@@ -177,7 +181,15 @@ fn sidecars(args: &Args) -> Vec<Sidecar> {
 async fn table(args: &Args, argv: &[String]) -> anyhow::Result<(String, bool)> {
     if args.churn.churn {
         let (bin_dir, work_dir) = dirs(args)?;
-        let report = churn::run(&args.churn, &sidecars(args), &bin_dir, &work_dir, argv).await?;
+        let report = churn::run(
+            &args.churn,
+            &sidecars(args),
+            &bin_dir,
+            &work_dir,
+            args.first_resource_version,
+            argv,
+        )
+        .await?;
         return Ok((report.render(), report.failed()));
     }
     let report = run(args, argv).await?;
@@ -214,6 +226,7 @@ async fn run(args: &Args, argv: &[String]) -> anyhow::Result<report::Report> {
                 timeout: Duration::from_secs(args.timeout_secs),
                 secrets: &[rig::SECRET_VALUE.to_owned()],
                 leader_timings: args.leader_timings,
+                first_resource_version: args.first_resource_version,
             };
             eprintln!("chaos: {} against {}", fault.name(), sidecar.binary());
             let row = scenario::run(sidecar, fault, &setup)

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
-use testbed_cluster::apiserver::{ApiServer, Listening};
+use testbed_cluster::apiserver::{self, ApiServer, Listening};
 use testbed_cluster::kcm::{self, ControllerManager};
 use testbed_mock_csi::MockDriverHandle;
 use testbed_sandbox::fixtures::Backends;
@@ -99,11 +99,13 @@ impl std::fmt::Debug for Rig {
 
 impl Rig {
     /// Starts the API server, controller-manager stand-in and driver, and stores the Node,
-    /// its CSINode and the namespace. Sidecars are started by [`Rig::add_replica`].
+    /// its CSINode and the namespace. Sidecars are started by [`Rig::add_replica`]. The API
+    /// server's first write gets `first_resource_version + 1`.
     pub(crate) async fn start(
         work_dir: &Path,
         binary: &Path,
         sidecar: Sidecar,
+        first_resource_version: u64,
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(work_dir).context("cannot create the work dir")?;
         let Backends {
@@ -111,7 +113,14 @@ impl Rig {
             listening,
             kubeconfig,
             driver,
-        } = Backends::start(work_dir).await?;
+        } = Backends::start_with(
+            work_dir,
+            apiserver::Config {
+                first_resource_version,
+                ..apiserver::Config::default()
+            },
+        )
+        .await?;
         let kcm = ControllerManager::start(server.client(), kcm::Config::default());
         let namespace: Namespace = serde_json::from_value(json!({
             "metadata": {"name": NAMESPACE, "labels": {"kubernetes.io/metadata.name": NAMESPACE}},

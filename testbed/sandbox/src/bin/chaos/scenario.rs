@@ -57,6 +57,8 @@ pub(crate) struct Setup<'a> {
     pub(crate) secrets: &'a [String],
     /// The leader-election timings of the leader faults (`--leader-timings`).
     pub(crate) leader_timings: LeaderTimings,
+    /// The API server's resourceVersion before the run (`--first-resource-version`).
+    pub(crate) first_resource_version: u64,
 }
 
 /// Polls until `done(tally)` or the deadline, restarting exited replicas meanwhile.
@@ -81,7 +83,7 @@ pub(crate) async fn run(sidecar: Sidecar, fault: Fault, setup: &Setup<'_>) -> an
     let dir = setup
         .work_dir
         .join(format!("{}-{}", sidecar.binary(), fault.name()));
-    let mut rig = Rig::start(&dir, setup.binary, sidecar).await?;
+    let mut rig = Rig::start(&dir, setup.binary, sidecar, setup.first_resource_version).await?;
     let result = drive(&mut rig, sidecar, fault, setup).await;
     let logs = rig.logs();
     rig.stop().await;

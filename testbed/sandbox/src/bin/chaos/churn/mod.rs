@@ -105,6 +105,7 @@ pub(crate) async fn run(
     sidecars: &[Sidecar],
     bin_dir: &Path,
     work_dir: &Path,
+    first_resource_version: u64,
     argv: &[String],
 ) -> anyhow::Result<Report> {
     let mut report = Report::new(argv, work_dir);
@@ -117,7 +118,7 @@ pub(crate) async fn run(
         );
         eprintln!("chaos: churn against {}", sidecar.binary());
         let dir = work_dir.join(format!("{}-churn", sidecar.binary()));
-        let mut rig = Rig::start(&dir, &binary, sidecar).await?;
+        let mut rig = Rig::start(&dir, &binary, sidecar, first_resource_version).await?;
         let row = churn(&mut rig, args, sidecar).await;
         rig.stop().await;
         let row = row.with_context(|| format!("churn against {}", sidecar.binary()))?;
