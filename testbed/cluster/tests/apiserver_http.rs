@@ -394,6 +394,82 @@ async fn invalid_bodies_are_400_or_422_as_upstream_decides() {
 }
 
 #[tokio::test]
+async fn a_body_above_three_mebibytes_is_413_request_entity_too_large() {
+    // kube-apiserver reads at most MaxRequestBodyBytes (3 MiB) of a write and answers
+    // apimachinery's NewRequestEntityTooLargeError("limit is 3145728"); a body of exactly
+    // the limit is read.
+    let s = fixture_server().await;
+    let with_annotation = |name: &str, bytes: usize| {
+        let mut claim = pvc(name);
+        claim["metadata"]["annotations"] = json!({"example.com/blob": ""});
+        let base = serde_json::to_vec(&claim).unwrap().len();
+        claim["metadata"]["annotations"]["example.com/blob"] = json!("x".repeat(bytes - base));
+        let body = serde_json::to_string(&claim).unwrap();
+        assert_eq!(body.len(), bytes);
+        body
+    };
+    let limit = 3 * 1024 * 1024;
+    let r = send(
+        &s,
+        "POST",
+        PVCS,
+        Some("application/json"),
+        &with_annotation("fx-too-large", limit + 1),
+    )
+    .await;
+    assert_eq!(r.status, 413);
+    assert_eq!(
+        r.body,
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"Request entity too large: limit is 3145728\",\"reason\":\"RequestEntityTooLarge\",\"code\":413}\n"
+    );
+    // Read in full, the same body fails on what kube-apiserver checks next (here the
+    // annotations' 256 KiB total), not on its size.
+    let r = send(
+        &s,
+        "POST",
+        PVCS,
+        Some("application/json"),
+        &with_annotation("fx-at-limit", limit),
+    )
+    .await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert_eq!(
+        r.json()["message"],
+        "PersistentVolumeClaim \"fx-at-limit\" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes"
+    );
+}
+
+#[tokio::test]
+async fn annotations_may_hold_256_kib_of_keys_and_values_together() {
+    // apimachinery's ValidateAnnotationsSize: the sum of the keys' and values' bytes.
+    let s = fixture_server().await;
+    let key = "example.com/notes";
+    let with_value_bytes = |name: &str, bytes: usize| {
+        let mut claim = pvc(name);
+        claim["metadata"]["annotations"] = json!({key: "x".repeat(bytes)});
+        claim
+    };
+    let r = post(
+        &s,
+        PVCS,
+        &with_value_bytes("fx-annotations-full", 256 * 1024 - key.len()),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = post(
+        &s,
+        PVCS,
+        &with_value_bytes("fx-annotations-over", 256 * 1024 - key.len() + 1),
+    )
+    .await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert_eq!(
+        r.json()["details"]["causes"],
+        json!([{"reason": "FieldValueTooLong", "message": "Too long: may not be more than 262144 bytes", "field": "metadata.annotations"}])
+    );
+}
+
+#[tokio::test]
 async fn unknown_fields_warn_by_default_and_fail_with_strict_validation() {
     let s = fixture_server().await;
     let body = r#"{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"fx-unknown-field","namespace":"fixtures"},"spec":{"accessModes":["ReadWriteOnce"],"bogusField":1,"resources":{"requests":{"storage":"1Gi"}}}}"#;

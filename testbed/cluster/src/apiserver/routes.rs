@@ -16,7 +16,9 @@ use super::resources::{self, ResourceInfo};
 use super::status::ApiError;
 use super::{Shared, delete, discovery, handlers, list, requests, watch};
 
-/// Largest request body accepted (kube-apiserver's limit is 3 MiB per object).
+/// Largest request body accepted: the generic API server's `MaxRequestBodyBytes`, 3 MiB (twice
+/// etcd's default 1.5 MiB request limit). etcd's own limit on the stored protobuf is not copied:
+/// this server stores JSON and does not know the protobuf size.
 const MAX_BODY: usize = 3 * 1024 * 1024;
 
 enum Route {
@@ -171,7 +173,7 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
     let query = Query::parse(parts.uri.query());
     let route = parse_route(parts.uri.path());
     let Ok(body) = axum::body::to_bytes(body, MAX_BODY).await else {
-        return ApiError::bad_request("the request body is too large").into_response();
+        return ApiError::request_entity_too_large(MAX_BODY).into_response();
     };
     match route {
         Route::Version => discovery::version(),

@@ -162,6 +162,17 @@ impl ApiError {
         Self::new(400, Some("BadRequest"), message)
     }
 
+    /// 413 for a write whose body is above the server's limit: apimachinery's
+    /// `NewRequestEntityTooLargeError("limit is <bytes>")`, as the generic API server's
+    /// `limitedReadBody` answers past `MaxRequestBodyBytes`.
+    pub(crate) fn request_entity_too_large(limit: usize) -> Self {
+        Self::new(
+            413,
+            Some("RequestEntityTooLarge"),
+            format!("Request entity too large: limit is {limit}"),
+        )
+    }
+
     /// 415 for a PATCH with a content type that is not a patch type (fixtures i8, i9).
     pub(crate) fn unsupported_patch_type() -> Self {
         Self::new(

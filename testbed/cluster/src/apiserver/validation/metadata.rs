@@ -9,6 +9,10 @@ use super::names::{
 };
 use crate::apiserver::resources::ResourceInfo;
 
+/// apimachinery's `TotalAnnotationSizeLimitB`: the bytes of all annotation keys and values of
+/// one object together.
+const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
+
 /// Metadata checks common to every kind (upstream `ValidateObjectMeta`).
 pub(crate) fn validate_metadata(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
@@ -64,6 +68,17 @@ pub(crate) fn validate_metadata(info: &ResourceInfo, obj: &Value) -> Vec<FieldEr
             for e in qualified_name_errors(&k.to_ascii_lowercase()) {
                 errs.push(FieldError::invalid("metadata.annotations", k, e));
             }
+        }
+        // apimachinery's ValidateAnnotationsSize: keys and values together, in bytes.
+        let total: usize = annotations
+            .iter()
+            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+            .sum();
+        if total > TOTAL_ANNOTATION_SIZE_LIMIT {
+            errs.push(FieldError::too_long(
+                "metadata.annotations",
+                TOTAL_ANNOTATION_SIZE_LIMIT,
+            ));
         }
     }
     if let Some(finalizers) = meta["finalizers"].as_array() {
