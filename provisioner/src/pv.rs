@@ -62,6 +62,24 @@ pub(crate) enum BuildPvError {
         /// The first offending key.
         key: String,
     },
+    /// The PV would be larger than kube-apiserver accepts in one request (its
+    /// `MaxRequestBodyBytes`, 3 MiB of JSON; a larger POST answers 413 RequestEntityTooLarge),
+    /// e.g. from tens of thousands of distinct accessible topologies or a huge volume context,
+    /// so it could never be saved: delete and retry.
+    #[error(
+        "CreateVolume returned a volume whose PersistentVolume would be {bytes} bytes, above kube-apiserver's request limit of {limit} bytes (accessible topologies: {topologies}, volume context entries: {context})",
+        limit = MAX_REQUEST_BODY_BYTES
+    )]
+    TooLarge {
+        /// The volume to delete.
+        volume_id: String,
+        /// Size of the PV as JSON, what the POST would send.
+        bytes: usize,
+        /// Entries of `accessible_topology` in the answer.
+        topologies: usize,
+        /// Entries of `volume_context` in the answer.
+        context: usize,
+    },
     /// The claim has a data source but the driver did not say it used one: delete and retry.
     #[error("volume content source missing")]
     ContentSourceMissing {
@@ -85,7 +103,8 @@ impl BuildPvError {
         match self {
             Self::CapacityTooSmall { volume_id, .. }
             | Self::ContentSourceMissing { volume_id }
-            | Self::InvalidTopologyKey { volume_id, .. } => Some(volume_id),
+            | Self::InvalidTopologyKey { volume_id, .. }
+            | Self::TooLarge { volume_id, .. } => Some(volume_id),
             Self::NoVolume | Self::EmptyVolumeId => None,
         }
     }
@@ -99,6 +118,44 @@ impl BuildPvError {
         };
         format!("{self}. {cleanup} of volume {pv_name} failed, volume is orphaned: {cleanup_error}")
     }
+}
+
+/// kube-apiserver's limit on the body of a write request (`MaxRequestBodyBytes` of the generic
+/// API server, 3 MiB: twice etcd's default 1.5 MiB request limit, as JSON is larger than the
+/// protobuf stored); a larger body answers 413 RequestEntityTooLarge.
+const MAX_REQUEST_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Counts the bytes written to it.
+#[derive(Debug, Default)]
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Beyond upstream, which POSTs such a PV and, refused with 413, retries the save forever with
+/// the volume stranded: a PV larger than a request may be can never be saved. Measured as the
+/// JSON the POST sends (kube encodes the PV with serde_json), without building it.
+fn check_size(pv: &PersistentVolume, volume: &Volume) -> Result<(), BuildPvError> {
+    let mut count = ByteCount::default();
+    // Encoding these types cannot fail (string keys only) and the writer never does.
+    serde_json::to_writer(&mut count, pv).ok();
+    if count.0 > MAX_REQUEST_BODY_BYTES {
+        return Err(BuildPvError::TooLarge {
+            volume_id: volume.volume_id.clone(),
+            bytes: count.0,
+            topologies: volume.accessible_topology.len(),
+            context: volume.volume_context.len(),
+        });
+    }
+    Ok(())
 }
 
 /// Beyond upstream, which saves such a PV and, refused, retries the save forever with the
@@ -221,7 +278,7 @@ pub(crate) fn build_pv(
             .filter(|n| !n.is_empty()),
         ..PersistentVolumeSpec::default()
     };
-    Ok(PersistentVolume {
+    let pv = PersistentVolume {
         metadata: ObjectMeta {
             name: Some(plan.pv_name.clone()),
             annotations: Some(annotations),
@@ -230,7 +287,9 @@ pub(crate) fn build_pv(
         },
         spec: Some(spec),
         status: None,
-    })
+    };
+    check_size(&pv, volume)?;
+    Ok(pv)
 }
 
 /// The PV's annotations: who provisioned it and which secrets later calls need.

@@ -238,6 +238,66 @@ fn a_topology_key_kube_apiserver_refuses_makes_the_volume_unusable() {
 }
 
 #[test]
+fn a_pv_above_kube_apiservers_request_limit_makes_the_volume_unusable() {
+    let opts = hostpath_options();
+    // `zones` distinct zones: one node selector term each, about 100 bytes of JSON per term.
+    let with_zones = |zones: usize| {
+        let mut response = fixture_response();
+        response.volume.as_mut().unwrap().accessible_topology = (0..zones)
+            .map(|i| Topology {
+                segments: [(
+                    "topology.hostpath.csi/node".to_owned(),
+                    format!("zone-{i:05}"),
+                )]
+                .into(),
+            })
+            .collect();
+        build(&opts, &fixture_pvc(), &fixture_class(), &response)
+    };
+    let pv = with_zones(10_000).unwrap();
+    let bytes = serde_json::to_vec(&pv).unwrap().len();
+    assert!(
+        (500_000..MAX_REQUEST_BODY_BYTES).contains(&bytes),
+        "{bytes}"
+    );
+    let err = with_zones(40_000).unwrap_err();
+    let BuildPvError::TooLarge {
+        volume_id,
+        bytes,
+        topologies,
+        context,
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(volume_id, "39d5bfc9-e5c1-11f1-9a92-6a32d2d0897e");
+    assert!(*bytes > MAX_REQUEST_BODY_BYTES, "{bytes}");
+    assert_eq!((*topologies, *context), (40_000, 1));
+    assert_eq!(err.state(), ProvisioningState::InBackground);
+    assert_eq!(err.cleanup_volume_id(), Some(volume_id.as_str()));
+    assert!(
+        err.to_string()
+            .starts_with("CreateVolume returned a volume whose PersistentVolume would be ")
+    );
+    assert!(
+        err.to_string()
+            .ends_with("above kube-apiserver's request limit of 3145728 bytes (accessible topologies: 40000, volume context entries: 1)"),
+        "{err}"
+    );
+
+    // A volume context as large does the same.
+    let mut response = fixture_response();
+    response
+        .volume
+        .as_mut()
+        .unwrap()
+        .volume_context
+        .insert("blob".into(), "x".repeat(MAX_REQUEST_BODY_BYTES));
+    let err = build(&opts, &fixture_pvc(), &fixture_class(), &response).unwrap_err();
+    assert!(matches!(err, BuildPvError::TooLarge { .. }), "{err:?}");
+}
+
+#[test]
 fn claims_with_a_data_source_need_a_content_source_in_the_response() {
     let opts = hostpath_options();
     let pvc = fixture_pvc();
