@@ -104,6 +104,16 @@ pub enum Garbage {
         /// The value of that key.
         value: String,
     },
+    /// CreateVolume: `volume.accessible_topology` is `segments` different segments, `key` =
+    /// `zone-00000`, `zone-00001`, ... Copies a driver listing every zone or node of a large
+    /// backend as reachable: each distinct segment becomes one node selector term of the PV,
+    /// so tens of thousands make a PV larger than kube-apiserver accepts (3 MiB of JSON).
+    DistinctTopologies {
+        /// Number of segments in the answer.
+        segments: usize,
+        /// The key of every segment.
+        key: String,
+    },
     /// ControllerPublishVolume: `publish_context` carries one entry of this many bytes. Copies
     /// a driver stuffing a device map or certificate into the context, past the 256 KiB a
     /// VolumeAttachment status can hold once the API server's limits apply.
@@ -138,6 +148,13 @@ impl Garbage {
                 volume.accessible_topology = (0..*segments)
                     .map(|_| csi::Topology {
                         segments: segment.clone(),
+                    })
+                    .collect();
+            }
+            Garbage::DistinctTopologies { segments, key } => {
+                volume.accessible_topology = (0..*segments)
+                    .map(|i| csi::Topology {
+                        segments: HashMap::from([(key.clone(), format!("zone-{i:05}"))]),
                     })
                     .collect();
             }
@@ -437,6 +454,28 @@ mod tests {
         let topology = empty.create(created()).volume.unwrap().accessible_topology;
         assert_eq!(topology.len(), 1);
         assert!(topology[0].segments.is_empty());
+    }
+
+    #[test]
+    fn distinct_topologies_name_a_different_zone_in_each_segment() {
+        let garbage = Garbage::DistinctTopologies {
+            segments: 40_000,
+            key: "topology.example.com/zone".into(),
+        };
+        let topology = garbage
+            .create(created())
+            .volume
+            .unwrap()
+            .accessible_topology;
+        assert_eq!(topology.len(), 40_000);
+        assert_eq!(
+            topology[0].segments["topology.example.com/zone"],
+            "zone-00000"
+        );
+        assert_eq!(
+            topology[39_999].segments["topology.example.com/zone"],
+            "zone-39999"
+        );
     }
 
     #[test]

@@ -86,6 +86,16 @@ fn kinds(method: Method) -> Vec<Kind> {
             ),
             // Dropped: a PV without node affinity.
             kind("empty segment", topology(1, "", ""), false),
+            // 40,000 node selector terms, a PV above kube-apiserver's 3 MiB request limit:
+            // Warning, DeleteVolume, retried.
+            kind(
+                "40,000 distinct zones",
+                Garbage::DistinctTopologies {
+                    segments: 40_000,
+                    key: DEFAULT_TOPOLOGY_KEY.to_owned(),
+                },
+                true,
+            ),
         ],
         // Warning: the context cannot be stored; the retry's good answer attaches.
         Method::ControllerPublishVolume => vec![kind(
