@@ -166,6 +166,38 @@ async fn a_topology_key_that_is_no_label_key_is_deleted_and_retried() {
 }
 
 #[tokio::test]
+async fn forty_thousand_distinct_zones_are_too_large_for_a_pv_and_are_deleted_and_retried() {
+    // One node selector term per zone: about 3.8 MB of PV, above kube-apiserver's 3 MiB
+    // request limit, so it could never be saved (upstream retries the save forever).
+    let garbage = Garbage::DistinctTopologies {
+        segments: 40_000,
+        key: DEFAULT_TOPOLOGY_KEY.into(),
+    };
+    let (cluster, provisioner) = start(garbage, When::Nth(1)).await;
+    cluster.create_claim("claim", "fast", "1Gi").await;
+    let message = failed_message(&cluster).await;
+    assert!(
+        message.starts_with("CreateVolume returned a volume whose PersistentVolume would be ")
+            && message.ends_with(
+                "bytes, above kube-apiserver's request limit of 3145728 bytes (accessible topologies: 40000, volume context entries: 0)"
+            ),
+        "{message}"
+    );
+    let (_, pv) = cluster.bound("claim", SHORT).await;
+    assert_eq!(cluster.driver.call_count(Method::DeleteVolume), 1);
+    let affinity = serde_json::to_value(pv.spec.unwrap().node_affinity).unwrap();
+    assert_eq!(
+        affinity["required"]["nodeSelectorTerms"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "{affinity}"
+    );
+    still_provisions(&cluster, &provisioner).await;
+    every_driver_volume_has_a_pv(&cluster).await;
+}
+
+#[tokio::test]
 async fn ten_thousand_identical_segments_make_one_node_selector_term() {
     let garbage = Garbage::Topology {
         segments: 10_000,
