@@ -18,7 +18,7 @@
 //!
 //! The encoded message is read field by field with its descriptor from
 //! [`FILE_DESCRIPTOR_SET`](crate::FILE_DESCRIPTOR_SET), so this works for every message
-//! without per-type code, and written out as it is read (the [`wire`] module): nothing but
+//! without per-type code, and written out as it is read (the `wire` module): nothing but
 //! the output and one list of field positions per nesting level is held. Decoding into a
 //! `prost_reflect::DynamicMessage` first, as this did before, cost about 20 times the
 //! message's size (a map node per nested message): a CreateVolume answer of 40,000

@@ -21,6 +21,9 @@ use crate::mode::Resizer;
 use crate::names::{self, reason, resize_status};
 use crate::{patch, request, transition};
 
+#[cfg(test)]
+mod properties;
+
 /// Syncs the claim `key` (`namespace/name`).
 pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcome {
     let Some(cached) = ctx.stores.claim(key) else {

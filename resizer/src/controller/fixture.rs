@@ -92,3 +92,24 @@ pub(crate) async fn volume(client: &Client) -> PersistentVolume {
         .await
         .unwrap()
 }
+
+/// The types of the claim's conditions, in order.
+pub(crate) fn conditions(claim: &PersistentVolumeClaim) -> Vec<String> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .map(|c| c.iter().map(|c| c.type_.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// A runtime on tokio's paused clock for one property-test case: the slow-set window runs on
+/// that clock, so whether a sync falls inside it depends on the schedule, not on the
+/// machine's load.
+pub(crate) fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}

@@ -319,7 +319,7 @@ impl Harness {
         if current != pv_class {
             violations.push(format!("claim shows {current:?}, PV has {pv_class:?}"));
         }
-        let types: Vec<String> = conditions(&claim);
+        let types: Vec<String> = fixture::conditions(&claim);
         let mut unique = types.clone();
         unique.sort();
         unique.dedup();
@@ -331,15 +331,6 @@ impl Harness {
         }
         (requeued, violations)
     }
-}
-
-fn conditions(claim: &PersistentVolumeClaim) -> Vec<String> {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .map(|c| c.iter().map(|c| c.type_.clone()).collect())
-        .unwrap_or_default()
 }
 
 /// Runs `schedule`, then lets the claim converge with a healthy driver; every violation seen,
@@ -403,7 +394,7 @@ async fn run(schedule: Vec<Step>) -> (Vec<String>, Vec<String>) {
     }
     let spec = decide::spec_class(&claim);
     if !spec.is_empty() && (spec != "bronze" || bronze) {
-        let modifying = conditions(&claim)
+        let modifying = fixture::conditions(&claim)
             .into_iter()
             .filter(|t| modify::CONDITIONS.contains(&t.as_str()))
             .collect::<Vec<_>>();
@@ -452,14 +443,7 @@ proptest! {
     fn the_modify_controller_keeps_an_uncertain_target_and_converges(
         schedule in prop::collection::vec(step(), 0..24)
     ) {
-        // Paused time: the slow-set window runs on the tokio clock, so whether a sync falls
-        // inside it depends on the schedule, not on the machine's load.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        let (violations, _) = runtime.block_on(run(schedule));
+        let (violations, _) = fixture::paused_runtime().block_on(run(schedule));
         prop_assert!(violations.is_empty(), "{violations:#?}");
     }
 }
