@@ -4,8 +4,9 @@
 //! store, so nothing piles up and any growth is the sidecar's.
 //!
 //! - csi-provisioner: claims of an Immediate class (reclaim policy Delete) created, provisioned
-//!   and bound (by the controller-manager stand-in), deleted; the sidecar deletes the volumes
-//!   and the PVs.
+//!   and bound (by the controller-manager stand-in); then as many clones of them (`dataSource`
+//!   the first claims, so the sidecar also puts and removes its cloning-protection finalizer
+//!   on the sources); all deleted; the sidecar deletes the volumes and the PVs.
 //! - csi-attacher: VolumeAttachments of stored PVs created, attached, deleted; the sidecar
 //!   detaches them and removes its finalizer.
 //! - csi-resizer: bound claims and PVs stored (as csi-provisioner and the PV controller leave
@@ -86,7 +87,12 @@ impl Lifecycles {
                 }))?;
                 rig.server.put_object(&gold)?;
             }
-            Sidecar::Provisioner => {}
+            // Clones need CLONE_VOLUME (upstream checks it before provisioning one).
+            Sidecar::Provisioner => rig.driver.update_config(|config| {
+                config
+                    .controller_capabilities
+                    .push(ControllerRpc::CloneVolume);
+            }),
         }
         Ok(Self {
             sidecar,
@@ -118,33 +124,48 @@ impl Lifecycles {
 
     async fn provision(&self, rig: &Rig) -> anyhow::Result<()> {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(rig.server.client(), NAMESPACE);
-        at_once(self.batch, |i| {
-            let (claims, name) = (claims.clone(), self.name("claim", i));
-            async move {
-                let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-                    "metadata": {"name": name, "namespace": NAMESPACE},
-                    "spec": {
-                        "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": "1Gi"}},
-                        "storageClassName": CLASS,
-                    },
-                }))?;
-                claims.create(&PostParams::default(), &claim).await?;
-                Ok(())
-            }
-        })
-        .await
-        .context("cannot create a claim")?;
-        self.wait(rig, "every claim bound to a PV", |rig| {
-            Ok(rig
-                .server
-                .list_objects::<PersistentVolume>(None)?
-                .iter()
-                .filter(|pv| pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
-                .count()
-                == self.batch)
-        })
-        .await?;
+        // The first half are new volumes, the second half clones of them (claim i of the
+        // second half clones claim i of the first).
+        let sources = self.batch.div_ceil(2);
+        for (range, what) in [(0..sources, "source"), (sources..self.batch, "clone")] {
+            let count = range.end;
+            at_once(range.len(), |k| {
+                let i = range.start + k;
+                let (claims, name) = (claims.clone(), self.name("claim", i));
+                let source = (i >= sources).then(|| self.name("claim", i - sources));
+                async move {
+                    let mut claim = json!({
+                        "metadata": {"name": name, "namespace": NAMESPACE},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "1Gi"}},
+                            "storageClassName": CLASS,
+                        },
+                    });
+                    if let Some(source) = source {
+                        claim["spec"]["dataSource"] =
+                            json!({"kind": "PersistentVolumeClaim", "name": source});
+                    }
+                    let claim: PersistentVolumeClaim = serde_json::from_value(claim)?;
+                    claims.create(&PostParams::default(), &claim).await?;
+                    Ok(())
+                }
+            })
+            .await
+            .with_context(|| format!("cannot create a {what} claim"))?;
+            self.wait(rig, &format!("every {what} claim bound to a PV"), |rig| {
+                Ok(rig
+                    .server
+                    .list_objects::<PersistentVolume>(None)?
+                    .iter()
+                    .filter(|pv| {
+                        pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+                    })
+                    .count()
+                    == count)
+            })
+            .await?;
+        }
         at_once(self.batch, |i| {
             let (claims, name) = (claims.clone(), self.name("claim", i));
             async move {
