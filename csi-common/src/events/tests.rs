@@ -371,3 +371,47 @@ fn cache_entries_stay_small() {
     assert!(std::mem::size_of::<Bucket>() <= 32);
     assert!(std::mem::size_of::<Aggregate>() <= 64);
 }
+
+#[test]
+fn a_churning_cache_keeps_the_table_its_bound_needs() {
+    // One new key and one eviction per event, for long: the table must not double when the
+    // evictions' tombstones use up its room for growth (the minute-36 step of the churn).
+    for bound in [64, 1000] {
+        let mut map: HashMap<Fingerprint, u64> = HashMap::new();
+        let mut fill = 0;
+        for tick in 0..60_000_u64 {
+            map.insert(Fingerprint::from(tick), tick);
+            evict_oldest_to(&mut map, bound, |v| *v);
+            assert!(map.len() <= bound);
+            if map.len() == bound && fill == 0 {
+                fill = map.capacity();
+            }
+            assert!(
+                fill == 0 || map.capacity() <= fill,
+                "bound {bound}: the table grew from {fill} to {} entries after {tick} events",
+                map.capacity()
+            );
+        }
+        // The most recent keys are the ones kept.
+        assert!(map.contains_key(&Fingerprint::from(59_999_u64)));
+        assert!(!map.contains_key(&Fingerprint::from(59_999 - u64::try_from(bound).unwrap())));
+    }
+}
+
+#[test]
+fn the_caches_start_at_the_table_size_they_end_at() {
+    let correlator = Correlator::new(COMPONENT.to_owned());
+    for map_capacity in [
+        correlator.seen.capacity(),
+        correlator.aggregates.capacity(),
+        correlator.spam.capacity(),
+    ] {
+        // The table 4,097 entries need (8,192 slots, 7,168 entries): no doubling later.
+        assert!(map_capacity > CACHE_SIZE, "{map_capacity}");
+        let mut map: HashMap<Fingerprint, u64> = HashMap::with_capacity(map_capacity);
+        for tick in 0..=u64::try_from(CACHE_SIZE).unwrap() {
+            map.insert(Fingerprint::from(tick), tick);
+        }
+        assert_eq!(map.capacity(), map_capacity);
+    }
+}
