@@ -34,11 +34,12 @@ use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt as _};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use csi_common::events::EventRecorder;
 
@@ -119,10 +120,25 @@ pub(crate) struct Context {
     recorder: EventRecorder,
     config: Config,
     claim_syncs: ClaimSyncs,
+    /// The volume informer's cache (upstream's `ctrl.volumes`), what claim syncs match
+    /// against.
+    volumes: Store<PersistentVolume>,
+    /// Claims a volume sync wants synced next (upstream's `ctrl.claimQueue.Add` in
+    /// `syncVolume`): that claim sync then finds the volume in `volumes`, which a sync started
+    /// by the claim controller's own watch of volumes may not yet.
+    claim_queue: mpsc::UnboundedSender<ObjectRef<PersistentVolumeClaim>>,
     /// Held during a claim sync: one at a time, as upstream's single claim worker.
     claim_worker: tokio::sync::Mutex<()>,
     /// Held during a volume sync: one at a time, as upstream's single volume worker.
     volume_worker: tokio::sync::Mutex<()>,
+}
+
+impl Context {
+    /// Has the claim controller sync `claim` (its current state) next.
+    pub(crate) fn sync_claim_next(&self, claim: &PersistentVolumeClaim) {
+        // The controller is gone only while shutting down; nothing to sync then.
+        let _ = self.claim_queue.send(ObjectRef::from_obj(claim));
+    }
 }
 
 impl std::fmt::Debug for Context {
@@ -197,18 +213,19 @@ pub async fn run(
 
     let volume_controller = Controller::new(volumes.clone(), wc());
     let volume_store = volume_controller.store();
+    let cached_volumes = volume_store.clone();
     let volume_controller = volume_controller
         .watches(claims.clone(), wc(), move |claim: PersistentVolumeClaim| {
             // A claim change (including its deletion) concerns its volume and any volume
-            // reserved for it.
+            // reserved for it. This runs for every claim event over every cached volume, so
+            // it compares in place (no name copied per volume).
+            let (name, namespace) = (claim.metadata.name.as_deref(), claim.namespace());
             let mut refs: Vec<ObjectRef<PersistentVolume>> = volume_store
                 .state()
                 .iter()
                 .filter(|v| {
-                    objects::claim_ref(v).is_some_and(|r| {
-                        r.name.as_deref() == Some(claim.name_any().as_str())
-                            && r.namespace == claim.namespace()
-                    })
+                    objects::claim_ref(v)
+                        .is_some_and(|r| r.name.as_deref() == name && r.namespace == namespace)
                 })
                 .map(|v| ObjectRef::from_obj(&**v))
                 .collect();
@@ -220,9 +237,11 @@ pub async fn run(
         })
         .graceful_shutdown_on(shutdown.clone());
 
+    let (claim_queue, queued_claims) = mpsc::unbounded_channel();
     let claim_controller = Controller::new(claims, wc());
     let claim_store = claim_controller.store();
     let claim_controller = claim_controller
+        .reconcile_on(UnboundedReceiverStream::new(queued_claims))
         .watches(volumes, wc(), |volume: PersistentVolume| {
             claim_of_volume(&volume)
         })
@@ -266,6 +285,8 @@ pub async fn run(
         recorder,
         config,
         claim_syncs,
+        volumes: cached_volumes,
+        claim_queue,
         claim_worker: tokio::sync::Mutex::new(()),
         volume_worker: tokio::sync::Mutex::new(()),
     });

@@ -45,8 +45,10 @@ pub(crate) enum ClassLookup {
 pub(crate) struct ClaimInputs<'a> {
     /// The claim's class.
     pub(crate) class: &'a ClassLookup,
-    /// All volumes.
-    pub(crate) volumes: &'a [PersistentVolume],
+    /// The volumes to match against: the binder's cache of all volumes (upstream's
+    /// `ctrl.volumes`), or only the one the claim names (`spec.volumeName`), read from the API
+    /// server.
+    pub(crate) volumes: &'a [&'a PersistentVolume],
     /// Names of unscheduled, running Pods using the claim (for the WaitForPodScheduled text).
     pub(crate) unscheduled_pods: &'a [String],
     /// The default StorageClass, if any (only consulted for class-less claims).
@@ -96,8 +98,11 @@ pub(crate) fn decide_claim(
     }
 }
 
-fn find_volume<'a>(volumes: &'a [PersistentVolume], name: &str) -> Option<&'a PersistentVolume> {
-    volumes.iter().find(|v| v.name_any() == name)
+fn find_volume<'a>(volumes: &[&'a PersistentVolume], name: &str) -> Option<&'a PersistentVolume> {
+    volumes
+        .iter()
+        .copied()
+        .find(|v| v.metadata.name.as_deref() == Some(name))
 }
 
 fn decide_unbound_claim(claim: &PersistentVolumeClaim, inputs: &ClaimInputs<'_>) -> ClaimDecision {
@@ -180,7 +185,7 @@ fn decide_unbound_claim(claim: &PersistentVolumeClaim, inputs: &ClaimInputs<'_>)
 fn decide_claim_asking_for_volume(
     claim: &PersistentVolumeClaim,
     volume_name: &str,
-    volumes: &[PersistentVolume],
+    volumes: &[&PersistentVolume],
 ) -> ClaimDecision {
     let Some(volume) = find_volume(volumes, volume_name) else {
         // The volume may still come; retry on the next sync.
@@ -242,7 +247,7 @@ fn check_volume_satisfies_claim(
 
 fn decide_bound_claim(
     claim: &PersistentVolumeClaim,
-    volumes: &[PersistentVolume],
+    volumes: &[&PersistentVolume],
 ) -> ClaimDecision {
     let lost = |reason_: &'static str, message: &str| {
         // updateClaimStatusWithEvent: the event only accompanies an actual phase change.
@@ -286,7 +291,7 @@ fn decide_bound_claim(
 /// otherwise the smallest Available one that fits.
 pub(crate) fn find_best_match<'a>(
     claim: &PersistentVolumeClaim,
-    volumes: &'a [PersistentVolume],
+    volumes: &[&'a PersistentVolume],
     delay_binding: bool,
 ) -> Option<&'a PersistentVolume> {
     let mut group_sizes: Vec<usize> = volumes
@@ -299,6 +304,7 @@ pub(crate) fn find_best_match<'a>(
     group_sizes.into_iter().find_map(|size| {
         let group: Vec<&PersistentVolume> = volumes
             .iter()
+            .copied()
             .filter(|v| {
                 objects::access_modes_satisfied(claim, v)
                     && objects::volume_access_modes(v).len() == size
@@ -363,8 +369,9 @@ pub(crate) enum Reclaim {
 /// The writes a volume sync makes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum VolumeAction {
-    /// Nothing to write.
-    Nothing,
+    /// Binding in progress: nothing to write, but the claim is synced next, which finishes
+    /// it (upstream's `syncVolume` adds the claim to its queue for that).
+    SyncClaim,
     /// Set `status.phase`.
     SetPhase(&'static str),
     /// The claim is gone: phase Released (unless Released/Failed already), then reclaim.
@@ -396,8 +403,9 @@ pub(crate) fn decide_volume(
     };
     let volume_name = objects::claim_volume_name(claim);
     if volume_name.is_empty() {
-        // Binding in progress; the claim sync finishes it.
-        VolumeAction::Nothing
+        // Binding in progress (e.g. a volume a provisioner made for this claim); the claim
+        // sync finishes it.
+        VolumeAction::SyncClaim
     } else if volume_name == volume.name_any() {
         VolumeAction::SetPhase(volume_phase::BOUND)
     } else if objects::annotation(volume, ANN_PROVISIONED_BY).is_some()

@@ -81,11 +81,21 @@ async fn unscheduled_pods(ctx: &Context, claim: &PersistentVolumeClaim) -> Resul
 /// One `syncClaim` pass over the current state of `claim`.
 pub(crate) async fn sync_claim(ctx: &Context, claim: PersistentVolumeClaim) -> Result<()> {
     let class = lookup_class(ctx, &claim).await?;
-    let volumes = pv_api(ctx)
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::Api)?
-        .items;
+    // Upstream reads volumes from its informer cache (`ctrl.volumes`), never with a LIST: a
+    // LIST per sync made every claim sync cost as much as encoding and decoding every volume,
+    // which at a few thousand volumes was most of the test bed's CPU. A volume the claim names
+    // is read from the API server instead, so the decisions that hang on it (Lost above all)
+    // never rest on a cache that has not caught up yet.
+    let named = objects::claim_volume_name(&claim);
+    let (cached, fresh) = if named.is_empty() {
+        (ctx.volumes.state(), None)
+    } else {
+        (
+            Vec::new(),
+            pv_api(ctx).get_opt(named).await.map_err(Error::Api)?,
+        )
+    };
+    let volumes: Vec<&PersistentVolume> = cached.iter().map(AsRef::as_ref).chain(&fresh).collect();
     let late_binding =
         matches!(&class, ClassLookup::Found(c) if objects::is_wait_for_first_consumer(c));
     let pods = if late_binding {
@@ -224,7 +234,11 @@ pub(crate) async fn sync_volume(ctx: &Context, volume: PersistentVolume) -> Resu
     let action = decide::decide_volume(&volume, claim.as_ref());
     tracing::debug!(volume = %volume.name_any(), ?action, "volume sync");
     match action {
-        VolumeAction::Nothing => {}
+        VolumeAction::SyncClaim => {
+            if let Some(claim) = &claim {
+                ctx.sync_claim_next(claim);
+            }
+        }
         VolumeAction::SetPhase(phase) => {
             set_volume_phase(ctx, volume, phase).await?;
         }

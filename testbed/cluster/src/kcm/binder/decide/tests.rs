@@ -82,11 +82,12 @@ fn decide(
     class: &ClassLookup,
     volumes: &[PersistentVolume],
 ) -> ClaimDecision {
+    let volumes: Vec<&PersistentVolume> = volumes.iter().collect();
     decide_claim(
         claim,
         &ClaimInputs {
             class,
-            volumes,
+            volumes: &volumes,
             unscheduled_pods: &[],
             default_class: None,
         },
@@ -278,7 +279,7 @@ fn volume_phases_follow_the_claim_ref() {
     );
     let bound = reserved(volume("v", "1Gi"), Some("claim-uid"));
     // Claim not bound yet: the claim sync finishes the binding.
-    assert_eq!(decide_volume(&bound, Some(&c)), VolumeAction::Nothing);
+    assert_eq!(decide_volume(&bound, Some(&c)), VolumeAction::SyncClaim);
     let mut bound_claim = c.clone();
     bound_claim.spec.as_mut().unwrap().volume_name = Some("v".into());
     assert_eq!(
