@@ -154,14 +154,22 @@ pub(crate) fn volume_class(pv: &PersistentVolume) -> &str {
         .unwrap_or("")
 }
 
+/// `name_any` without the copy: the name, else the generateName.
+fn name_of(obj: &impl kube::Resource) -> &str {
+    let meta = obj.meta();
+    meta.name
+        .as_deref()
+        .or(meta.generate_name.as_deref())
+        .unwrap_or("")
+}
+
 /// `IsVolumeBoundToClaim`: claimRef names the claim, and its uid is empty or the claim's.
 pub fn is_volume_bound_to_claim(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) -> bool {
     let Some(r) = claim_ref(pv) else {
         return false;
     };
-    if r.name.as_deref() != Some(pvc.name_any().as_str())
-        || r.namespace.as_deref() != pvc.namespace().as_deref()
-    {
+    // Compared in place: the binder asks this of every cached volume on each claim sync.
+    if r.name.as_deref() != Some(name_of(pvc)) || r.namespace != pvc.metadata.namespace {
         return false;
     }
     match r.uid.as_deref() {
