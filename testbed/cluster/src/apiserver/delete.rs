@@ -177,12 +177,13 @@ pub(crate) fn collection(
             managed_fields: req.managed_fields,
         };
         delete_locked(&mut inner, &one, &name, &opts)?;
-        items.push(render::to_view(info, &obj));
+        items.push(obj);
     }
     let metadata = json!({"resourceVersion": inner.rv().to_string()});
     drop(inner);
+    let views: Vec<_> = items.iter().map(|obj| render::to_view(info, obj)).collect();
     Ok(json_response(
         StatusCode::OK,
-        render::list(info, req.format, &metadata, &items),
+        render::list(info, req.format, &metadata, &views),
     ))
 }

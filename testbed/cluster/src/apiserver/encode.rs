@@ -38,10 +38,19 @@ pub(crate) type OrderFn<'a> = &'a dyn Fn(&[&str]) -> Option<&'static [&'static s
 /// order) and the rest follow sorted; objects at other paths are written sorted.
 pub(crate) fn write_ordered(out: &mut Vec<u8>, value: &Value, order: OrderFn<'_>) {
     let mut path = Vec::new();
-    write_at(out, value, &mut path, order);
+    write_at(out, value, &mut path, order, &[]);
 }
 
-fn write_at<'v>(out: &mut Vec<u8>, value: &'v Value, path: &mut Vec<&'v str>, order: OrderFn<'_>) {
+/// Top-level keys a LIST leaves out of the items of built-in kinds.
+const TYPE_KEYS: &[&str] = &["kind", "apiVersion"];
+
+fn write_at<'v>(
+    out: &mut Vec<u8>,
+    value: &'v Value,
+    path: &mut Vec<&'v str>,
+    order: OrderFn<'_>,
+    skip: &[&str],
+) {
     match value {
         Value::Object(map) => {
             let first_keys = order(path).unwrap_or(&[]);
@@ -51,7 +60,8 @@ fn write_at<'v>(out: &mut Vec<u8>, value: &'v Value, path: &mut Vec<&'v str>, or
                 .chain(
                     map.iter()
                         .filter(|(k, _)| !first_keys.contains(&k.as_str())),
-                );
+                )
+                .filter(|(k, _)| !skip.contains(&k.as_str()));
             out.push(b'{');
             for (i, (key, val)) in keys.enumerate() {
                 if i > 0 {
@@ -60,7 +70,7 @@ fn write_at<'v>(out: &mut Vec<u8>, value: &'v Value, path: &mut Vec<&'v str>, or
                 write_plain(out, &Value::String(key.clone()));
                 out.push(b':');
                 path.push(key.as_str());
-                write_at(out, val, path, order);
+                write_at(out, val, path, order, &[]);
                 path.pop();
             }
             out.push(b'}');
@@ -72,7 +82,7 @@ fn write_at<'v>(out: &mut Vec<u8>, value: &'v Value, path: &mut Vec<&'v str>, or
                     out.push(b',');
                 }
                 path.push("[]");
-                write_at(out, item, path, order);
+                write_at(out, item, path, order, &[]);
                 path.pop();
             }
             out.push(b']');
@@ -91,16 +101,28 @@ fn write_plain(out: &mut Vec<u8>, value: &Value) {
 /// Encode one object of `info`'s kind (GET/POST/PUT/PATCH responses and watch events).
 pub(crate) fn object_bytes(info: &ResourceInfo, object: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
-    write_ordered(&mut out, object, &|path| match path {
-        [] => Some(info.top_order),
-        ["metadata"] => Some(METADATA_ORDER),
-        _ => None,
-    });
+    write_object(&mut out, info, object, &[]);
     out
 }
 
-/// Encode a list: `{"kind":"<Kind>List","apiVersion":..,"metadata":{..},"items":[..]}`.
-pub(crate) fn list_bytes(info: &ResourceInfo, metadata: &Value, items: &[Value]) -> Vec<u8> {
+/// Write one object of `info`'s kind without its top-level keys in `skip`.
+fn write_object(out: &mut Vec<u8>, info: &ResourceInfo, object: &Value, skip: &[&str]) {
+    let order = |path: &[&str]| match path {
+        [] => Some(info.top_order),
+        ["metadata"] => Some(METADATA_ORDER),
+        _ => None,
+    };
+    write_at(out, object, &mut Vec::new(), &order, skip);
+}
+
+/// Encode a list: `{"kind":"<Kind>List","apiVersion":..,"metadata":{..},"items":[..]}`, the
+/// items without their kind and apiVersion with `strip_type`.
+pub(crate) fn list_bytes(
+    info: &ResourceInfo,
+    metadata: &Value,
+    items: &[impl std::ops::Deref<Target = Value>],
+    strip_type: bool,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + items.len() * 512);
     out.extend_from_slice(b"{\"kind\":");
     write_plain(&mut out, &Value::String(format!("{}List", info.kind)));
@@ -115,7 +137,12 @@ pub(crate) fn list_bytes(info: &ResourceInfo, metadata: &Value, items: &[Value])
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(&object_bytes(info, item));
+        write_object(
+            &mut out,
+            info,
+            item,
+            if strip_type { TYPE_KEYS } else { &[] },
+        );
     }
     out.extend_from_slice(b"]}");
     out

@@ -246,7 +246,7 @@ fn page(
             continue;
         }
         if labels.matches(&obj) && fields.matches(&obj) {
-            items.push(render::to_view(info, &obj));
+            items.push(obj);
             last_key = Some(key);
         }
     }
@@ -266,7 +266,8 @@ fn page(
             metadata["remainingItemCount"] = json!(remaining);
         }
     }
-    let body = render::list(info, req.format, &metadata, &items);
+    let views: Vec<_> = items.iter().map(|obj| render::to_view(info, obj)).collect();
+    let body = render::list(info, req.format, &metadata, &views);
     json_response(StatusCode::OK, body)
 }
 

@@ -286,7 +286,7 @@ impl ApiServer {
         else {
             return Ok(None);
         };
-        serde_json::from_value(render::to_view(info, &obj))
+        K::deserialize(&*render::to_view(info, &obj))
             .map(Some)
             .map_err(StoreError::Json)
     }
@@ -302,9 +302,7 @@ impl ApiServer {
         let objects = self.shared.store.lock().range(storage.bucket, &prefix);
         objects
             .into_iter()
-            .map(|(_, o)| {
-                serde_json::from_value(render::to_view(info, &o)).map_err(StoreError::Json)
-            })
+            .map(|(_, o)| K::deserialize(&*render::to_view(info, &o)).map_err(StoreError::Json))
             .collect()
     }
 
@@ -323,7 +321,7 @@ impl ApiServer {
             return Err(StoreError::NoName);
         }
         let stored = self.put_raw_info(info, render::to_storage(info, value));
-        serde_json::from_value(render::to_view(info, &stored)).map_err(StoreError::Json)
+        K::deserialize(&*render::to_view(info, &stored)).map_err(StoreError::Json)
     }
 
     /// Remove an object at once, ignoring finalizers (watchers see DELETED). Returns whether

@@ -2,6 +2,8 @@
 //! stored as core/v1 Events), and the representation the client asked for (the object,
 //! `PartialObjectMetadata` for metadata-only clients, or a `Table` for kubectl get).
 
+use std::borrow::Cow;
+
 use serde_json::{Value, json};
 
 use super::encode;
@@ -18,14 +20,16 @@ pub(crate) fn storage_info(info: &'static ResourceInfo) -> &'static ResourceInfo
     }
 }
 
-/// A stored object as seen through `info`.
-pub(crate) fn to_view(info: &ResourceInfo, stored: &Value) -> Value {
+/// A stored object as seen through `info`: the stored object itself for every resource but
+/// the events.k8s.io view (a deep copy per answer and per watch event was a good part of the
+/// test bed's CPU under load).
+pub(crate) fn to_view<'a>(info: &ResourceInfo, stored: &'a Value) -> Cow<'a, Value> {
     match info.view {
-        View::Native => stored.clone(),
+        View::Native => Cow::Borrowed(stored),
         View::EventsV1 => {
             let mut v = events::core_to_events_v1(stored);
             super::admission::fill_zero(info, &mut v);
-            v
+            Cow::Owned(v)
         }
     }
 }
@@ -53,7 +57,7 @@ pub(crate) fn object(info: &ResourceInfo, format: Format, obj: &Value) -> Vec<u8
                 .as_str()
                 .unwrap_or("")
                 .to_owned();
-            serde_json::to_vec(&table(&rv, None, std::slice::from_ref(obj))).unwrap_or_default()
+            serde_json::to_vec(&table(&rv, None, &[Cow::Borrowed(obj)])).unwrap_or_default()
         }
     };
     out.push(b'\n');
@@ -65,27 +69,12 @@ pub(crate) fn list(
     info: &ResourceInfo,
     format: Format,
     metadata: &Value,
-    items: &[Value],
+    items: &[Cow<'_, Value>],
 ) -> Vec<u8> {
     let mut out = match format {
-        Format::Object => {
-            let stripped: Vec<Value> = items
-                .iter()
-                .map(|item| {
-                    let mut item = item.clone();
-                    if let Some(map) = item.as_object_mut()
-                        && !info.custom
-                    {
-                        // LIST items of built-in kinds carry no kind/apiVersion (fixture a1);
-                        // custom resources are listed as unstructured objects, which keep them.
-                        map.remove("kind");
-                        map.remove("apiVersion");
-                    }
-                    item
-                })
-                .collect();
-            encode::list_bytes(info, metadata, &stripped)
-        }
+        // LIST items of built-in kinds carry no kind/apiVersion (fixture a1); custom resources
+        // are listed as unstructured objects, which keep them.
+        Format::Object => encode::list_bytes(info, metadata, items, !info.custom),
         Format::Metadata => {
             let items: Vec<Value> = items
                 .iter()
@@ -113,7 +102,7 @@ pub(crate) fn list(
 }
 
 /// The default table upstream's `DefaultTableConvertor` builds: Name and Created At.
-fn table(rv: &str, cont: Option<String>, items: &[Value]) -> Value {
+fn table(rv: &str, cont: Option<String>, items: &[Cow<'_, Value>]) -> Value {
     let rows: Vec<Value> = items
         .iter()
         .map(|o| {
