@@ -9,7 +9,7 @@
 //! requests for them answer 410 Expired, like a compacted etcd.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
@@ -59,6 +59,10 @@ pub(crate) struct Record {
     pub(crate) object: Arc<Value>,
     /// State before the change (`None` for `Added`).
     pub(crate) prev: Option<Arc<Value>>,
+    /// `object` as JSON in the storage resource's own shape, encoded by the first watcher that
+    /// sends it and reused by every other one (each encoding its own copy made the cost of a
+    /// write grow with the number of watchers).
+    pub(crate) json: OnceLock<Arc<[u8]>>,
 }
 
 #[derive(Debug, Default)]
@@ -325,6 +329,7 @@ impl Inner {
             event,
             object: stored.clone(),
             prev,
+            json: OnceLock::new(),
         });
         bucket.history.push_back(record.clone());
         while bucket.history.len() > limit {

@@ -31,7 +31,7 @@ use super::list::{ReadRv, parse_rv, selectors};
 use super::render;
 use super::request::{Format, ResourceRequest};
 use super::requests;
-use super::resources::ResourceInfo;
+use super::resources::{ResourceInfo, View};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 use super::store::{self, EventType, Record};
@@ -60,9 +60,22 @@ impl Filter {
             Format::Metadata => serde_json::to_vec(&render::partial(&view)).unwrap_or_default(),
             Format::Object | Format::Table => encode::object_bytes(self.info, &view),
         };
-        let mut line = encode::watch_event_bytes(event, &object);
-        line.push(b'\n');
-        Bytes::from(line)
+        line(event, &object)
+    }
+
+    /// The event line of a live record: its object encoded once for all watchers that want
+    /// the stored resource's own representation (the events.k8s.io view and metadata-only
+    /// watches encode their own).
+    fn record_line(&self, event: &str, record: &Record) -> Bytes {
+        let shared =
+            self.info.view == View::Native && matches!(self.format, Format::Object | Format::Table);
+        if !shared {
+            return self.event_line(event, &record.object);
+        }
+        let object = record
+            .json
+            .get_or_init(|| encode::object_bytes(self.info, &record.object).into());
+        line(event, object)
     }
 
     /// What a live record means for this watcher (label changes turn MODIFIED into ADDED or
@@ -81,7 +94,7 @@ impl Filter {
             }
             _ => return None,
         };
-        Some(self.event_line(event.as_str(), &record.object))
+        Some(self.record_line(event.as_str(), record))
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
@@ -105,17 +118,19 @@ impl Filter {
             Format::Metadata => serde_json::to_vec(&object).unwrap_or_default(),
             Format::Object | Format::Table => encode::object_bytes(self.info, &object),
         };
-        let mut line = encode::watch_event_bytes("BOOKMARK", &bytes);
-        line.push(b'\n');
-        Bytes::from(line)
+        line("BOOKMARK", &bytes)
     }
 }
 
-fn error_line(err: &ApiError) -> Bytes {
-    let status = super::status::status_bytes(&err.to_status());
-    let mut line = encode::watch_event_bytes("ERROR", &status);
+/// One watch event line: `{"type":..,"object":..}` and a newline.
+fn line(event: &str, object: &[u8]) -> Bytes {
+    let mut line = encode::watch_event_bytes(event, object);
     line.push(b'\n');
     Bytes::from(line)
+}
+
+fn error_line(err: &ApiError) -> Bytes {
+    line("ERROR", &super::status::status_bytes(&err.to_status()))
 }
 
 fn too_old(requested: u64, oldest: u64) -> ApiError {
