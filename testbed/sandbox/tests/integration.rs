@@ -2,6 +2,7 @@
 //! with a binary per file, the build linked every dependency once for each file. Run one
 //! file's tests with `cargo test --test integration <file>::`.
 
+mod bench;
 mod chaos;
 mod chaos_node;
 mod hostile_flags;
