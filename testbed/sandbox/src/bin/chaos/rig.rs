@@ -85,7 +85,16 @@ pub(crate) struct Rig {
     sidecar: Sidecar,
     /// The leader-election timings of the replicas started from now on.
     pub(crate) leader_timings: LeaderTimings,
+    /// Flags and environment added to every replica started from now on.
+    pub(crate) extra: Extra,
     pub(crate) replicas: Vec<Replica>,
+}
+
+/// Flags and environment variables beyond [`Rig`]'s own.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Extra {
+    pub(crate) args: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for Rig {
@@ -150,6 +159,7 @@ impl Rig {
             binary: binary.to_owned(),
             sidecar,
             leader_timings: LeaderTimings::Fast,
+            extra: Extra::default(),
             replicas: Vec::new(),
         })
     }
@@ -186,6 +196,7 @@ impl Rig {
                 args.push("--handle-volume-inuse-error=false".to_owned());
             }
         }
+        args.extend(self.extra.args.iter().cloned());
         args
     }
 
@@ -193,7 +204,10 @@ impl Rig {
     /// diagnostics endpoint answers.
     pub(crate) async fn add_replica(&mut self, name: &str) -> anyhow::Result<()> {
         let http = process::free_port().context("no free port")?;
-        let command = CommandLine::new(&self.binary, &self.args(http)).env("HOSTNAME", name);
+        let mut command = CommandLine::new(&self.binary, &self.args(http)).env("HOSTNAME", name);
+        for (key, value) in &self.extra.env {
+            command = command.env(key, value);
+        }
         let log = self.work_dir.join(format!("{name}.log"));
         let mut child = ChildProcess::start(name, command, &log)?;
         child

@@ -6,7 +6,9 @@
 //! - csi-provisioner: claims of an Immediate class (reclaim policy Delete) created, provisioned
 //!   and bound (by the controller-manager stand-in); then as many clones of them (`dataSource`
 //!   the first claims, so the sidecar also puts and removes its cloning-protection finalizer
-//!   on the sources); all deleted; the sidecar deletes the volumes and the PVs.
+//!   on the sources); all deleted; the sidecar deletes the volumes and the PVs. With
+//!   `--churn-capacity` it also tracks storage capacity, and every batch replaces the
+//!   WaitForFirstConsumer class the CSIStorageCapacity objects are for.
 //! - csi-attacher: VolumeAttachments of stored PVs created, attached, deleted; the sidecar
 //!   detaches them and removes its finalizer.
 //! - csi-resizer: bound claims and PVs stored (as csi-provisioner and the PV controller leave
@@ -20,7 +22,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use csi_common::quantity::parse_bytes;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment, VolumeAttributesClass};
+use k8s_openapi::api::storage::v1::{
+    CSIStorageCapacity, StorageClass, VolumeAttachment, VolumeAttributesClass,
+};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -34,6 +38,8 @@ use crate::workload::at_once;
 
 const GI: i64 = 1 << 30;
 const CLASS: &str = "churn";
+/// The `kind` parameter of the late-binding classes, which the driver has capacity for.
+const CAPACITY_KIND: &str = "fast";
 /// The VolumeAttributesClass every resizer claim is moved to.
 const MODIFIED_CLASS: &str = "churn-gold";
 /// Longest a batch may take to reach each step before the run stops as stuck.
@@ -50,11 +56,18 @@ pub(crate) struct Lifecycles {
     round: usize,
     /// Lifecycles completed.
     pub(crate) completed: usize,
+    /// csi-provisioner tracks capacity: a late-binding class per batch.
+    capacity: bool,
 }
 
 impl Lifecycles {
     /// Stores what every batch needs: the StorageClass, or the attacher's PVs and volumes.
-    pub(crate) fn prepare(sidecar: Sidecar, rig: &Rig, batch: usize) -> anyhow::Result<Self> {
+    pub(crate) fn prepare(
+        sidecar: Sidecar,
+        rig: &Rig,
+        batch: usize,
+        capacity: bool,
+    ) -> anyhow::Result<Self> {
         let class: StorageClass = serde_json::from_value(json!({
             "metadata": {"name": CLASS},
             "provisioner": DEFAULT_DRIVER_NAME,
@@ -88,10 +101,16 @@ impl Lifecycles {
                 rig.server.put_object(&gold)?;
             }
             // Clones need CLONE_VOLUME (upstream checks it before provisioning one).
+            // GetCapacity answers like csi-driver-host-path's `--capacity fast=10Gi`.
             Sidecar::Provisioner => rig.driver.update_config(|config| {
                 config
                     .controller_capabilities
                     .push(ControllerRpc::CloneVolume);
+                if capacity {
+                    config
+                        .capacity_by_kind
+                        .insert(CAPACITY_KIND.to_owned(), 10 * GI);
+                }
             }),
         }
         Ok(Self {
@@ -99,6 +118,7 @@ impl Lifecycles {
             batch,
             round: 0,
             completed: 0,
+            capacity,
         })
     }
 
@@ -123,6 +143,9 @@ impl Lifecycles {
     }
 
     async fn provision(&self, rig: &Rig) -> anyhow::Result<()> {
+        if self.capacity {
+            self.replace_late_binding_class(rig).await?;
+        }
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(rig.server.client(), NAMESPACE);
         // The first half are new volumes, the second half clones of them (claim i of the
         // second half clones claim i of the first).
@@ -185,6 +208,33 @@ impl Lifecycles {
                     .list_objects::<PersistentVolume>(None)?
                     .is_empty())
         })
+        .await
+    }
+
+    /// Stores this batch's WaitForFirstConsumer class and removes the previous one; waits
+    /// until the only CSIStorageCapacity is this class's.
+    async fn replace_late_binding_class(&self, rig: &Rig) -> anyhow::Result<()> {
+        let class = |round: usize| format!("churn-late-{round}");
+        let late: StorageClass = serde_json::from_value(json!({
+            "metadata": {"name": class(self.round)},
+            "provisioner": DEFAULT_DRIVER_NAME,
+            "parameters": {"kind": CAPACITY_KIND},
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }))?;
+        rig.server.put_object(&late)?;
+        rig.server
+            .delete_object::<StorageClass>(None, &class(self.round - 1))?;
+        let current = class(self.round);
+        self.wait(
+            rig,
+            "one CSIStorageCapacity, of this batch's class",
+            |rig| {
+                let objects = rig
+                    .server
+                    .list_objects::<CSIStorageCapacity>(Some(NAMESPACE))?;
+                Ok(objects.len() == 1 && objects[0].storage_class_name == current)
+            },
+        )
         .await
     }
 

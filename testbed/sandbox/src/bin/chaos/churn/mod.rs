@@ -22,7 +22,7 @@ use testbed_cluster::apiserver::ApiServer;
 use tokio::time::Instant;
 
 use crate::Sidecar;
-use crate::rig::Rig;
+use crate::rig::{Extra, NAMESPACE, Rig};
 use crate::scenario::wait_leader;
 use lifecycle::Lifecycles;
 use sample::{Sample, SampleLog};
@@ -47,6 +47,11 @@ pub(crate) struct ChurnArgs {
     /// Seconds between two samples of the sidecar process.
     #[arg(long, default_value_t = 5)]
     churn_sample_secs: u64,
+    /// csi-provisioner also tracks storage capacity (`--enable-capacity`, polling every 10 s):
+    /// every batch adds a WaitForFirstConsumer class and removes the previous batch's, so
+    /// CSIStorageCapacity objects are created, updated and deleted all along.
+    #[arg(long)]
+    churn_capacity: bool,
     /// How far above its first-minute level the RSS may end, in percent.
     #[arg(long, default_value_t = 10)]
     churn_rss_tolerance: u64,
@@ -130,7 +135,23 @@ pub(crate) async fn run(
 }
 
 async fn churn(rig: &mut Rig, args: &ChurnArgs, sidecar: Sidecar) -> anyhow::Result<Row> {
-    let mut lifecycles = Lifecycles::prepare(sidecar, rig, args.churn_batch)?;
+    let capacity = args.churn_capacity && sidecar == Sidecar::Provisioner;
+    if capacity {
+        rig.extra = Extra {
+            args: [
+                "--enable-capacity",
+                "--capacity-ownerref-level=-1",
+                "--capacity-poll-interval=10s",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            env: vec![
+                ("NAMESPACE".to_owned(), NAMESPACE.to_owned()),
+                ("POD_NAME".to_owned(), "csi-provisioner-0".to_owned()),
+            ],
+        };
+    }
+    let mut lifecycles = Lifecycles::prepare(sidecar, rig, args.churn_batch, capacity)?;
     rig.add_replica("replica-a").await?;
     wait_leader(rig, "replica-a", Duration::from_secs(30)).await?;
     let replica = rig.replicas.first().context("no replica")?;
