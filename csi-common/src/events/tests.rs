@@ -381,7 +381,7 @@ fn a_churning_cache_keeps_the_table_its_bound_needs() {
         let mut fill = 0;
         for tick in 0..60_000_u64 {
             map.insert(Fingerprint::from(tick), tick);
-            evict_oldest_to(&mut map, bound, |v| *v);
+            let _ = evict_oldest_to(&mut map, bound, |v| *v);
             assert!(map.len() <= bound);
             if map.len() == bound && fill == 0 {
                 fill = map.capacity();
@@ -400,18 +400,40 @@ fn a_churning_cache_keeps_the_table_its_bound_needs() {
 
 #[test]
 fn the_caches_start_at_the_table_size_they_end_at() {
+    // The real path: a table as `Correlator::new` makes it, churned through `evict_oldest` at
+    // CACHE_SIZE for long enough that, without the rebuild, it doubles (7,168 to 14,336).
     let correlator = Correlator::new(COMPONENT.to_owned());
-    for map_capacity in [
-        correlator.seen.capacity(),
-        correlator.aggregates.capacity(),
-        correlator.spam.capacity(),
-    ] {
-        // The table 4,097 entries need (8,192 slots, 7,168 entries): no doubling later.
-        assert!(map_capacity > CACHE_SIZE, "{map_capacity}");
-        let mut map: HashMap<Fingerprint, u64> = HashMap::with_capacity(map_capacity);
-        for tick in 0..=u64::try_from(CACHE_SIZE).unwrap() {
-            map.insert(Fingerprint::from(tick), tick);
-        }
-        assert_eq!(map.capacity(), map_capacity);
+    let start = correlator.seen.capacity();
+    assert_eq!(start, 7168);
+    assert_eq!(correlator.aggregates.capacity(), start);
+    assert_eq!(correlator.spam.capacity(), start);
+    let mut map: HashMap<Fingerprint, u64> = HashMap::with_capacity(table_capacity(CACHE_SIZE));
+    assert_eq!(map.capacity(), start);
+    for tick in 0..60_000_u64 {
+        map.insert(Fingerprint::from(tick), tick);
+        evict_oldest(&mut map, |v| *v);
+        // Tombstones lower `capacity()` (entries plus room for growth); a rebuild brings it
+        // back; only a doubling takes it above the start.
+        assert!(
+            map.capacity() <= start,
+            "after {tick} events: {}",
+            map.capacity()
+        );
     }
+}
+
+#[test]
+fn a_bound_whose_table_is_exactly_full_does_not_rebuild_on_every_eviction() {
+    // 895 + 1 entries fill a 1,024-slot table (896 entries): without headroom the rebuilt
+    // table had room for one insert, and every eviction rebuilt it.
+    let bound = 895;
+    let mut map: HashMap<Fingerprint, u64> = HashMap::new();
+    let mut rebuilds = 0;
+    for tick in 0..20_000_u64 {
+        map.insert(Fingerprint::from(tick), tick);
+        if evict_oldest_to(&mut map, bound, |v| *v) {
+            rebuilds += 1;
+        }
+    }
+    assert!(rebuilds < 100, "{rebuilds} rebuilds in 20,000 events");
 }
