@@ -255,5 +255,3 @@ mod wire;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod wire_tests;
