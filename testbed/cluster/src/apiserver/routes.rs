@@ -163,6 +163,18 @@ fn verb(method: &Method, has_name: bool, query: &Query) -> &'static str {
     }
 }
 
+/// Whether reading a body failed on [`MAX_BODY`] rather than on the connection.
+fn is_length_limit(err: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = source {
+        if cause.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// The single axum handler behind [`super::ApiServer::router`].
 pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let latency = shared.faults.latency();
@@ -172,8 +184,16 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
     let (parts, body) = request.into_parts();
     let query = Query::parse(parts.uri.query());
     let route = parse_route(parts.uri.path());
-    let Ok(body) = axum::body::to_bytes(body, MAX_BODY).await else {
-        return ApiError::request_entity_too_large(MAX_BODY).into_response();
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(body) => body,
+        Err(err) if is_length_limit(&err) => {
+            return ApiError::request_entity_too_large(MAX_BODY).into_response();
+        }
+        // The client went away or sent a broken body: nothing over the limit.
+        Err(err) => {
+            return ApiError::bad_request(format!("cannot read the request body: {err}"))
+                .into_response();
+        }
     };
     match route {
         Route::Version => discovery::version(),

@@ -17,6 +17,13 @@
 //!
 //! What does not: in-tree volume plugins (provisioning, deleting, recycling), CSI migration,
 //! the expand controller, node affinity checks, metrics.
+//!
+//! Where the binder differs from upstream's, and why it does not matter to a sidecar: a claim
+//! sync matches against the volume cache as upstream's `findBestMatchForClaim` does, but
+//! reads the volume a claim names with a GET (upstream reads its cache), so a lagging cache
+//! never marks a claim Lost; and it does not write its own updates into its cache (upstream's
+//! `storeVolumeUpdate`), so it meets a few more bind conflicts (409, then a retry) than
+//! upstream would. Both change when a bind lands, never what it binds.
 
 pub mod attach_detach;
 mod binder;
