@@ -12,13 +12,23 @@ use std::path::Path;
 
 use tokio::process::Command;
 
-/// Runs `bench` with `args` against the binaries beside it; its report once it exited 0.
-async fn bench(args: &[&str]) -> String {
+/// Runs `bench` with `args` against `sidecar`'s binary beside it, in a work dir removed
+/// afterwards; its report once it exited 0.
+async fn bench(sidecar: &str, args: &[&str]) -> String {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_bench")).parent().unwrap();
+    let binary = bin_dir.join(format!("csi-{sidecar}"));
+    assert!(
+        binary.is_file(),
+        "{} is missing: run the workspace's test command (cargo test --workspace), which builds every binary",
+        binary.display()
+    );
+    let work = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .arg(format!("--sidecar={sidecar}"))
         .args(args)
         .args(["--settle-secs=1", "--timeout-secs=120"])
         .arg(format!("--bin-dir={}", bin_dir.display()))
+        .arg(format!("--work-dir={}", work.path().display()))
         .output()
         .await
         .unwrap();
@@ -47,7 +57,7 @@ fn per_operation<'a>(report: &'a str, per: &str, verb: &str, resource: &str) -> 
 
 #[tokio::test]
 async fn the_provisioner_bench_runs_and_saves_one_pv_per_claim() {
-    let report = bench(&["--sidecar=provisioner", "--claims=5", "--cached=0"]).await;
+    let report = bench("provisioner", &["--claims=5", "--cached=0"]).await;
     assert!(report.contains("| PVs seen | 5 of 5 |"), "{report}");
     let row = per_operation(&report, "provision", "create", "persistentvolumes");
     assert!(
@@ -58,7 +68,7 @@ async fn the_provisioner_bench_runs_and_saves_one_pv_per_claim() {
 
 #[tokio::test]
 async fn the_attacher_bench_runs_and_writes_each_status_once() {
-    let report = bench(&["--sidecar=attacher", "--attachments=5", "--cached=5"]).await;
+    let report = bench("attacher", &["--attachments=5", "--cached=5"]).await;
     assert!(report.contains("| VAs attached | 5 of 5 |"), "{report}");
     assert!(
         report.contains("| VAs detached (gone) | 5 of 5 |"),
@@ -73,13 +83,7 @@ async fn the_attacher_bench_runs_and_writes_each_status_once() {
 
 #[tokio::test]
 async fn the_resizer_bench_runs_and_writes_each_pv_size_once() {
-    let report = bench(&[
-        "--sidecar=resizer",
-        "--expansions=5",
-        "--cached=5",
-        "--pods=5",
-    ])
-    .await;
+    let report = bench("resizer", &["--expansions=5", "--cached=5", "--pods=5"]).await;
     let row = per_operation(&report, "expansion", "patch", "persistentvolumes");
     assert!(
         row.starts_with("| patch | persistentvolumes | 5 | 1.00 |"),
