@@ -6,7 +6,8 @@
 //! - the API server is testbed's in-memory one, which refuses a request lowered to or below
 //!   `status.capacity` as kube-apiserver does (the user's change is then not made); every
 //!   sync runs once the informers' caches show the latest versions, as a sync started by the
-//!   watch event of a write would;
+//!   watch event of a write would, except the second of [`Step::SyncTwice`], which runs
+//!   before they show what the first wrote (a retry or resync racing our own watch events);
 //! - the driver ([`Backend`]) has a volume of some size. An OK answer says the size it has
 //!   (at least the request, CSI `ControllerExpandVolumeResponse.capacity_bytes`); a final
 //!   error (InvalidArgument, Internal) means it did not expand; a non-final one (Unavailable,
@@ -25,6 +26,9 @@
 //!   unique by type;
 //! - after a non-final answer for size S, no call asks for less than S until a final answer
 //!   for S or more (the driver may still be growing the volume to S);
+//! - after an OK for size S, no call asks for S or less again, even from a sync that runs
+//!   before the caches show what the OK made it write (upstream repeats the call then, its
+//!   "case #2"; this sidecar remembers its own writes);
 //! - once the faults stop, the claim converges: the PV has what the volume has and at least
 //!   the request, the claim shows it, and no resize status or condition is left.
 
@@ -109,6 +113,9 @@ enum Step {
     Kubelet,
     /// One sync of the claim.
     Sync,
+    /// Two syncs, the second at once, before the informers show what the first wrote (a
+    /// retry or a resync racing the watch events of our own writes).
+    SyncTwice,
 }
 
 /// The driver's side: the volume's size, and what it was asked.
@@ -119,6 +126,8 @@ struct Backend {
     /// The largest size of a non-final answer not yet followed by a final one at least as
     /// large.
     uncertain: Option<i64>,
+    /// The size of the last OK answer.
+    done: Option<i64>,
     calls: Vec<i64>,
     violations: Vec<String>,
 }
@@ -134,6 +143,12 @@ impl ExpandDriver for ScriptedBackend {
             && target < uncertain
         {
             let violation = format!("called for {target} while {uncertain} may still be applied");
+            backend.violations.push(violation);
+        }
+        if let Some(done) = backend.done
+            && target <= done
+        {
+            let violation = format!("called for {target} after an OK for {done}");
             backend.violations.push(violation);
         }
         backend.calls.push(target);
@@ -158,6 +173,7 @@ impl ExpandDriver for ScriptedBackend {
             if backend.uncertain.is_some_and(|u| target >= u) {
                 backend.uncertain = None;
             }
+            backend.done = Some(backend.size);
             return Ok(Expanded {
                 capacity: backend.size,
                 node_expansion_required,
@@ -201,6 +217,7 @@ async fn harness() -> Harness {
             answers: VecDeque::new(),
             size: GI,
             uncertain: None,
+            done: None,
             calls: Vec::new(),
             violations: Vec::new(),
         })),
@@ -350,8 +367,17 @@ impl Harness {
     /// One sync, then the per-sync properties; whether it changed anything or asked for a
     /// retry, and the violations found, in words.
     async fn sync(&self, pv_before: i64) -> (bool, Vec<String>) {
+        self.syncs(pv_before, 1).await
+    }
+
+    /// `count` syncs back to back, the later ones before the caches show what the earlier
+    /// ones wrote (nothing else is awaited between them), then the per-sync properties.
+    async fn syncs(&self, pv_before: i64, count: usize) -> (bool, Vec<String>) {
         let before = self.claim().await.metadata.resource_version;
-        let outcome = super::sync(&self.ctx, KEY).await;
+        let mut outcome = Outcome::Done;
+        for _ in 0..count {
+            outcome = super::sync(&self.ctx, KEY).await;
+        }
         self.caught_up().await;
         let claim = self.claim().await;
         let pv = pv_bytes(&self.volume().await);
@@ -399,6 +425,10 @@ async fn run(schedule: Vec<Step>) -> (Vec<String>, Vec<i64>) {
             Step::Kubelet => harness.kubelet().await,
             Step::Sync => {
                 violations.extend(harness.sync(pv).await.1);
+                pv = pv.max(pv_bytes(&harness.volume().await));
+            }
+            Step::SyncTwice => {
+                violations.extend(harness.syncs(pv, 2).await.1);
                 pv = pv.max(pv_bytes(&harness.volume().await));
             }
         }
@@ -468,7 +498,8 @@ fn step() -> impl Strategy<Value = Step> {
         3 => answer.prop_map(Step::Answer),
         2 => (1_i64..=4).prop_map(Step::Request),
         1 => Just(Step::Kubelet),
-        4 => Just(Step::Sync),
+        3 => Just(Step::Sync),
+        2 => Just(Step::SyncTwice),
     ]
 }
 
