@@ -3,6 +3,7 @@
 //! CSIStorageCapacities of `$NAMESPACE` with our two labels, and PersistentVolumes trimmed to
 //! what a refresh reads. Handlers only update the shared index and queue keys.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -63,6 +64,23 @@ pub(super) struct Handlers {
     pub(super) ready: Arc<AtomicBool>,
 }
 
+/// Forgets that `name` is an object of `key`. A key left without objects is dropped: the
+/// keys name StorageClasses, and on a cluster whose classes come and go a map that kept every
+/// key ever seen grew without end (the `--churn-capacity` run of `chaos`, a new class per
+/// batch: RSS rising from minute 30).
+fn forget_object(
+    objects: &mut HashMap<CapacityKey, BTreeSet<String>>,
+    key: &CapacityKey,
+    name: &str,
+) {
+    if let Some(names) = objects.get_mut(key) {
+        names.remove(name);
+        if names.is_empty() {
+            objects.remove(key);
+        }
+    }
+}
+
 impl Handlers {
     fn capacity_changed(&self, change: &Change<'_, Capacity>) {
         let mut state = lock(&self.state);
@@ -72,9 +90,7 @@ impl Handlers {
         };
         for object in old.into_iter().chain(gone) {
             if let (Some(key), Some(name)) = (decide::key_of(object), &object.metadata.name) {
-                if let Some(names) = state.objects.get_mut(&key) {
-                    names.remove(name);
-                }
+                forget_object(&mut state.objects, &key, name);
                 if gone.is_some()
                     && let Some(k) = state.keys.get_mut(&key)
                     && k.written.as_ref().and_then(|w| w.metadata.name.as_ref()) == Some(name)
@@ -223,4 +239,55 @@ fn trim_volume(volume: &mut PersistentVolume) {
         ..PersistentVolumeSpec::default()
     });
     volume.status = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(class: &str) -> CapacityKey {
+        CapacityKey {
+            segment: decide::Segment::from([("zone".to_owned(), "a".to_owned())]),
+            class: class.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_key_without_objects_is_forgotten() {
+        let mut objects = HashMap::new();
+        objects.insert(
+            key("fast"),
+            BTreeSet::from(["csisc-1".to_owned(), "csisc-2".to_owned()]),
+        );
+        forget_object(&mut objects, &key("fast"), "csisc-1");
+        assert_eq!(
+            objects.get(&key("fast")),
+            Some(&BTreeSet::from(["csisc-2".to_owned()]))
+        );
+        forget_object(&mut objects, &key("fast"), "csisc-2");
+        assert!(objects.is_empty());
+        // Unknown keys and names change nothing.
+        forget_object(&mut objects, &key("slow"), "csisc-3");
+        assert!(objects.is_empty());
+    }
+
+    #[test]
+    fn classes_that_come_and_go_leave_no_keys() {
+        let mut objects = HashMap::new();
+        for round in 0..1000 {
+            let class = format!("class-{round}");
+            objects
+                .entry(key(&class))
+                .or_insert_with(BTreeSet::new)
+                .insert(format!("csisc-{round}"));
+            if round > 0 {
+                forget_object(
+                    &mut objects,
+                    &key(&format!("class-{}", round - 1)),
+                    &format!("csisc-{}", round - 1),
+                );
+            }
+            assert_eq!(objects.len(), 1, "round {round}");
+        }
+    }
 }
