@@ -113,3 +113,14 @@ pub(crate) fn paused_runtime() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// The property tests' runner: 200 cases from a fixed seed, so a failure names a schedule
+/// that fails again, and no failure file written into the tree.
+pub(crate) fn property_config() -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases: 200,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(14),
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}

@@ -43,7 +43,6 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use proptest::prelude::*;
-use proptest::test_runner::RngSeed;
 use proto::csi::v1::ControllerExpandVolumeRequest;
 use serde_json::json;
 use testbed_cluster::apiserver::ApiServer;
@@ -504,12 +503,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 200,
-        rng_seed: RngSeed::Fixed(14),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(fixture::property_config())]
 
     /// Any schedule of request changes, driver answers and kubelet: the properties of the
     /// module docs hold.

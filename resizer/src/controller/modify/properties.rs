@@ -39,7 +39,6 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use proptest::prelude::*;
-use proptest::test_runner::RngSeed;
 use proto::csi::v1::ControllerModifyVolumeRequest;
 use serde_json::json;
 use testbed_cluster::apiserver::ApiServer;
@@ -430,12 +429,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 200,
-        rng_seed: RngSeed::Fixed(14),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(fixture::property_config())]
 
     /// Any schedule of user changes, a late class and driver answers: the properties of the
     /// module docs hold.
