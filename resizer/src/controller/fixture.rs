@@ -103,6 +103,16 @@ pub(crate) fn conditions(claim: &PersistentVolumeClaim) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A violation if a condition type appears more than once on the claim (kube-apiserver keeps
+/// them as a list; every writer must keep one per type).
+pub(crate) fn repeated_conditions(claim: &PersistentVolumeClaim) -> Option<String> {
+    let types = conditions(claim);
+    let mut unique = types.clone();
+    unique.sort();
+    unique.dedup();
+    (unique.len() != types.len()).then(|| format!("conditions repeated: {types:?}"))
+}
+
 /// A runtime on tokio's paused clock for one property-test case: the slow-set window runs on
 /// that clock, so whether a sync falls inside it depends on the schedule, not on the
 /// machine's load.

@@ -392,13 +392,7 @@ impl Harness {
         if capacity > pv {
             violations.push(format!("claim shows {capacity}, PV has {pv}"));
         }
-        let types = fixture::conditions(&claim);
-        let mut unique = types.clone();
-        unique.sort();
-        unique.dedup();
-        if unique.len() != types.len() {
-            violations.push(format!("conditions repeated: {types:?}"));
-        }
+        violations.extend(fixture::repeated_conditions(&claim));
         let busy = outcome != Outcome::Done || claim.metadata.resource_version != before;
         (busy, violations)
     }

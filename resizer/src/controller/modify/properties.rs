@@ -318,13 +318,8 @@ impl Harness {
         if current != pv_class {
             violations.push(format!("claim shows {current:?}, PV has {pv_class:?}"));
         }
-        let types: Vec<String> = fixture::conditions(&claim);
-        let mut unique = types.clone();
-        unique.sort();
-        unique.dedup();
-        if unique.len() != types.len() {
-            violations.push(format!("conditions repeated: {types:?}"));
-        }
+        violations.extend(fixture::repeated_conditions(&claim));
+        let types = fixture::conditions(&claim);
         if !types.iter().any(|t| t == FOREIGN) {
             violations.push(format!("{FOREIGN} condition lost: {types:?}"));
         }
