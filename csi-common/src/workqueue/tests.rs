@@ -162,3 +162,86 @@ async fn processing_seconds_reports_sum_and_longest() {
     assert!((sum - 5.0).abs() < 0.01, "{sum}");
     assert!((longest - 4.0).abs() < 0.01, "{longest}");
 }
+
+#[test]
+fn a_table_shrinks_only_when_at_most_a_quarter_full_and_above_the_floor() {
+    let cases = [
+        // (len, capacity, shrink?)
+        (0, 0, false),
+        (0, SHRINK_FLOOR, false),
+        (0, SHRINK_FLOOR + 1, true),
+        (1000, 4000, true),
+        (1001, 4000, false),
+        (4000, 4000, false),
+        (usize::MAX, usize::MAX, false),
+    ];
+    for (len, capacity, want) in cases {
+        assert_eq!(
+            should_shrink(len, capacity),
+            want,
+            "len {len}, capacity {capacity}"
+        );
+    }
+}
+
+/// A queue of numbered keys holding `0..burst`.
+fn numbered_queue(burst: u32) -> Arc<WorkQueue<u32>> {
+    let (q, delays) = WorkQueue::new(
+        Duration::from_secs(1),
+        Duration::from_secs(10),
+        QueueMetrics::unregistered("test"),
+    );
+    tokio::spawn(delays);
+    for key in 0..burst {
+        q.add(key);
+    }
+    q
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drained_burst_gives_its_tables_back() {
+    const BURST: u32 = 5000;
+    let q = numbered_queue(BURST);
+    let (queue, dirty, _) = q.capacities();
+    assert!(
+        queue >= BURST as usize && dirty >= BURST as usize,
+        "{queue} {dirty}"
+    );
+    for _ in 0..BURST {
+        let key = q.get().await.expect("queued");
+        q.done(&key);
+    }
+    assert!(q.is_empty());
+    let (queue, dirty, processing) = q.capacities();
+    for (table, capacity) in [
+        ("queue", queue),
+        ("dirty", dirty),
+        ("processing", processing),
+    ] {
+        assert!(
+            capacity <= 2 * SHRINK_FLOOR,
+            "{table} kept {capacity} slots after the burst"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn items_queued_while_the_tables_shrink_are_all_handed_out_once() {
+    let q = numbered_queue(3000);
+    let mut seen = std::collections::HashSet::new();
+    // Drain most of the burst (the tables shrink on the way), adding new keys in between.
+    for round in 0..2900u32 {
+        let key = q.get().await.expect("queued");
+        assert!(seen.insert(key), "{key} handed out twice");
+        q.done(&key);
+        if round % 10 == 0 {
+            q.add(10_000 + round);
+        }
+    }
+    while !q.is_empty() {
+        let key = q.get().await.expect("queued");
+        assert!(seen.insert(key), "{key} handed out twice");
+        q.done(&key);
+    }
+    assert_eq!(seen.len(), 3000 + 290);
+}
