@@ -14,12 +14,12 @@
 //! Kept, and why:
 //! * Claims: all of `metadata` but `managedFields` (a reschedule writes the cached claim back
 //!   with a full Update, as upstream does, so nothing the API server would keep may be missing;
-//!   the annotations move to a sorted list, see [`trim_claim`]); the whole spec (class, size,
+//!   the annotations and labels move to sorted lists, see [`trim_claim`]); the whole spec (class, size,
 //!   access modes, volume mode, selector, data sources, VolumeAttributesClass, bound volume:
 //!   provisioning, cloning and the Update read or carry all of it); of the status only the
 //!   phase (an Update never writes the status, a subresource).
-//! * Volumes: all of `metadata` but `managedFields` (annotations as a sorted list, see
-//!   [`trim_volume`]); of the spec everything but the in-tree sources (a PV without `csi` is
+//! * Volumes: all of `metadata` but `managedFields` (annotations and labels as sorted lists,
+//!   see [`trim_volume`]); of the spec everything but the in-tree sources (a PV without `csi` is
 //!   only ever the provisioner's through its annotations): `capacity`, `claimRef`, `csi` (its
 //!   attributes as a sorted list), the reclaim policy, node affinity, class, VolumeAttributesClass,
 //!   access modes, mount options, volume mode; of the status only the phase.
@@ -36,6 +36,15 @@ use serde::Deserialize;
 /// A string map kept as a list sorted by key ([`sorted_pairs`]).
 type Pairs<V> = Option<Box<[(String, V)]>>;
 
+/// The two string maps of an object's metadata, as sorted lists. A claim made from a
+/// StatefulSet's `volumeClaimTemplates` carries the template's labels, and a `BTreeMap` holds
+/// even one label in a 544-byte node (docs/bench.md, "Memory per cached object").
+#[derive(Debug, Clone, Default, PartialEq)]
+struct MetaMaps {
+    annotations: Pairs<String>,
+    labels: Pairs<String>,
+}
+
 /// The fields of a `v1` PersistentVolumeClaim the provisioner reads.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub(crate) struct PersistentVolumeClaim {
@@ -46,9 +55,9 @@ pub(crate) struct PersistentVolumeClaim {
     pub(crate) spec: Option<ClaimSpec>,
     /// The phase only.
     pub(crate) status: Option<Phase>,
-    /// `metadata.annotations` once [`trim_claim`] has moved them here.
+    /// `metadata.annotations` and `metadata.labels` once [`trim_claim`] has moved them here.
     #[serde(skip)]
-    annotations: Pairs<String>,
+    maps: MetaMaps,
 }
 
 /// A `PersistentVolumeClaimSpec`, its maps as sorted lists and its rarely set structures boxed.
@@ -92,7 +101,7 @@ impl PersistentVolumeClaim {
     /// The real claim with the fields kept here; the status has only its phase.
     pub(crate) fn to_full(&self) -> real::PersistentVolumeClaim {
         real::PersistentVolumeClaim {
-            metadata: with_annotations(&self.metadata, self.annotations.as_deref()),
+            metadata: with_maps(&self.metadata, &self.maps),
             spec: self
                 .spec
                 .as_ref()
@@ -136,9 +145,9 @@ pub(crate) struct PersistentVolume {
     spec: Option<VolumeSpec>,
     /// The phase only.
     status: Option<Phase>,
-    /// `metadata.annotations` once [`trim_volume`] has moved them here.
+    /// `metadata.annotations` and `metadata.labels` once [`trim_volume`] has moved them here.
     #[serde(skip)]
-    annotations: Pairs<String>,
+    maps: MetaMaps,
 }
 
 /// A `PersistentVolumeSpec` without the in-tree sources, its maps as sorted lists.
@@ -183,7 +192,7 @@ impl PersistentVolume {
     /// only its phase.
     pub(crate) fn to_full(&self) -> real::PersistentVolume {
         real::PersistentVolume {
-            metadata: with_annotations(&self.metadata, self.annotations.as_deref()),
+            metadata: with_maps(&self.metadata, &self.maps),
             spec: self.spec.as_ref().map(|spec| real::PersistentVolumeSpec {
                 access_modes: spec.access_modes.clone(),
                 capacity: to_map(spec.capacity.as_deref()),
@@ -225,27 +234,34 @@ impl PersistentVolume {
 csi_common::same_resource_as!(PersistentVolume, real::PersistentVolume);
 
 /// What the claim cache drops: `managedFields`, which nothing reads (and which an Update
-/// without them leaves as it is). The annotations move to a sorted list.
+/// without them leaves as it is). The annotations and labels move to sorted lists.
 pub(crate) fn trim_claim(claim: &mut PersistentVolumeClaim) {
-    claim.annotations = trim_meta(&mut claim.metadata);
+    claim.maps = trim_meta(&mut claim.metadata);
 }
 
-/// What the volume cache drops: `managedFields`. The annotations move to a sorted list.
+/// What the volume cache drops: `managedFields`. The annotations and labels move to sorted
+/// lists.
 pub(crate) fn trim_volume(volume: &mut PersistentVolume) {
-    volume.annotations = trim_meta(&mut volume.metadata);
+    volume.maps = trim_meta(&mut volume.metadata);
 }
 
-/// Drops `managedFields` and takes the annotations out as a sorted list.
-fn trim_meta(meta: &mut ObjectMeta) -> Pairs<String> {
+/// Drops `managedFields` and takes the annotations and labels out as sorted lists.
+fn trim_meta(meta: &mut ObjectMeta) -> MetaMaps {
     csi_common::informer::trim_managed_fields(meta);
-    meta.annotations.take().map(|map| map.into_iter().collect())
+    MetaMaps {
+        annotations: meta.annotations.take().map(|map| map.into_iter().collect()),
+        labels: meta.labels.take().map(|map| map.into_iter().collect()),
+    }
 }
 
-/// `meta` with `annotations` put back as a map.
-fn with_annotations(meta: &ObjectMeta, annotations: Option<&[(String, String)]>) -> ObjectMeta {
+/// `meta` with the annotations and labels put back as maps.
+fn with_maps(meta: &ObjectMeta, maps: &MetaMaps) -> ObjectMeta {
     let mut meta = meta.clone();
-    if let Some(annotations) = annotations {
-        meta.annotations = to_map(Some(annotations));
+    if maps.annotations.is_some() {
+        meta.annotations = to_map(maps.annotations.as_deref());
+    }
+    if maps.labels.is_some() {
+        meta.labels = to_map(maps.labels.as_deref());
     }
     meta
 }

@@ -130,7 +130,9 @@ fn a_cached_claim_reads_as_the_real_claim_but_for_managed_fields_and_status_deta
     let mut cached: PersistentVolumeClaim = serde_json::from_value(claim_json()).unwrap();
     trim_claim(&mut cached);
     assert!(cached.metadata.annotations.is_none(), "moved to the list");
-    assert_eq!(cached.annotations.as_deref().map(<[_]>::len), Some(2));
+    assert!(cached.metadata.labels.is_none(), "moved to the list");
+    assert_eq!(cached.maps.annotations.as_deref().map(<[_]>::len), Some(2));
+    assert_eq!(cached.maps.labels.as_deref().map(<[_]>::len), Some(1));
     let want = kept_claim(real.clone());
     assert_eq!(cached.to_full(), want);
     // The fixture sets what the projection must keep, so the comparison above can fail.
@@ -157,6 +159,7 @@ fn a_cached_volume_reads_as_the_real_volume_but_for_in_tree_sources_and_status_d
     let mut cached: PersistentVolume = serde_json::from_value(volume_json()).unwrap();
     trim_volume(&mut cached);
     assert!(cached.metadata.annotations.is_none(), "moved to the list");
+    assert!(cached.metadata.labels.is_none(), "moved to the list");
     let want = kept_volume(real.clone());
     assert_eq!(cached.to_full(), want);
     let spec = want.spec.as_ref().unwrap();
@@ -172,6 +175,7 @@ fn a_cached_volume_reads_as_the_real_volume_but_for_in_tree_sources_and_status_d
                 .annotations
                 .as_ref()
                 .is_some_and(|a| a.len() == 2)
+            && want.metadata.labels.is_some()
     );
     assert_ne!(
         want, real,
