@@ -12,6 +12,9 @@
 //! resourceVersions on a re-list are client-go's resync), and [`Change::Deleted`] is reported
 //! for watch deletions and for objects a re-list no longer contains.
 //!
+//! The objects are cached in a [`Store`] of this crate rather than kube-runtime's reflector
+//! store, whose keys copy four strings of every object (see the `store` module).
+//!
 //! Every object is trimmed before it is cached (`managedFields` is often half of an object and
 //! no sidecar reads it; see [`trim_managed_fields`]).
 //!
@@ -39,7 +42,6 @@
 //! # }
 //! ```
 
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
@@ -48,12 +50,15 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::kube_client::{error_text, status_text};
+
+mod store;
+
+pub use self::store::{Store, WriterDropped};
 
 /// A future that keeps one cache filled; it runs until dropped or aborted.
 pub type InformerTask = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -98,7 +103,7 @@ where
     K::DynamicType: Default + Clone + Eq + Hash + Send + Sync,
     F: FnMut(Change<'_, K>) + Send + 'static,
 {
-    let (reader, writer) = reflector::store();
+    let (reader, writer) = store::store();
     // A kind whose version is chosen at run time (its dynamic type) is cached under the
     // default one: the store's keys only need to be consistent.
     let kind = K::kind(&K::DynamicType::default()).into_owned();
@@ -118,7 +123,7 @@ where
                     None => break false,
                     Some(Ok(event)) => {
                         synced |= matches!(event, watcher::Event::InitDone);
-                        cache.apply(&event);
+                        cache.apply(event);
                     }
                     Some(Err(err))
                         if !synced && is_streaming(&config) && refuses_streaming(&err) =>
@@ -165,24 +170,20 @@ fn refuses_streaming(err: &watcher::Error) -> bool {
 }
 
 /// The store writer and the handler. What client-go's `Replace` reports after a re-list is
-/// computed from the store itself at `InitDone` (kube-runtime's writer buffers the new list
-/// until then), so nothing is kept per object besides the store.
-struct Cache<K: Resource + Clone + 'static, F>
-where
-    K::DynamicType: Clone + Eq + Hash,
-{
+/// computed from the state the list replaced ([`store::Writer::list_done`] buffers the new
+/// list until it is complete), so nothing is kept per object besides the store.
+struct Cache<K, F> {
     store: Store<K>,
-    writer: reflector::store::Writer<K>,
+    writer: store::Writer<K>,
     on_change: F,
 }
 
 impl<K, F> Cache<K, F>
 where
-    K: Resource + Clone + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Clone + Eq + Hash,
+    K: Resource,
     F: FnMut(Change<'_, K>),
 {
-    fn new(store: Store<K>, writer: reflector::store::Writer<K>, on_change: F) -> Self {
+    fn new(store: Store<K>, writer: store::Writer<K>, on_change: F) -> Self {
         Self {
             store,
             writer,
@@ -190,35 +191,29 @@ where
         }
     }
 
-    fn apply(&mut self, event: &watcher::Event<K>) {
+    /// Applies one event, then tells the handler (after the store has the change, and with no
+    /// lock held, so the handler may read the store).
+    fn apply(&mut self, event: watcher::Event<K>) {
         match event {
             watcher::Event::Apply(new) => {
-                let old = self.store.get(&ObjectRef::from_obj(new));
-                self.writer.apply_watcher_event(event);
-                (self.on_change)(Change::Applied { old, new });
+                let (new, old) = self.writer.apply(new);
+                (self.on_change)(Change::Applied { old, new: &new });
             }
             watcher::Event::Delete(gone) => {
-                self.writer.apply_watcher_event(event);
-                (self.on_change)(Change::Deleted(gone));
+                self.writer.delete(&gone);
+                (self.on_change)(Change::Deleted(&gone));
             }
-            watcher::Event::Init | watcher::Event::InitApply(_) => {
-                self.writer.apply_watcher_event(event);
-            }
+            watcher::Event::Init => self.writer.list_start(),
+            watcher::Event::InitApply(object) => self.writer.list_apply(object),
             watcher::Event::InitDone => {
-                let mut before: HashMap<ObjectRef<K>, Arc<K>> = self
-                    .store
-                    .state()
-                    .into_iter()
-                    .map(|o| (ObjectRef::from_obj(o.as_ref()), o))
-                    .collect();
-                self.writer.apply_watcher_event(event);
+                let mut before = self.writer.list_done();
                 // Reported only now, when the store holds the whole new list, so a handler that
                 // reads the store sees a consistent state.
                 for new in self.store.state() {
-                    let old = before.remove(&ObjectRef::from_obj(new.as_ref()));
+                    let old = before.remove(&new);
                     (self.on_change)(Change::Applied { old, new: &new });
                 }
-                for gone in before.into_values() {
+                for gone in before.drain() {
                     (self.on_change)(Change::Deleted(&gone));
                 }
             }
@@ -262,8 +257,8 @@ mod tests {
     }
 
     /// What a handler saw: ("applied", name, old rv, new rv) or ("deleted", name, rv).
-    fn replay(events: &[watcher::Event<ConfigMap>]) -> (Vec<String>, Vec<String>) {
-        let (store, writer) = reflector::store();
+    fn replay(events: Vec<watcher::Event<ConfigMap>>) -> (Vec<String>, Vec<String>) {
+        let (store, writer) = store::store();
         let seen = std::sync::Mutex::new(Vec::new());
         let mut cache = Cache::new(store.clone(), writer, |change: Change<'_, ConfigMap>| {
             let line = match change {
@@ -333,7 +328,7 @@ mod tests {
     #[test]
     fn watch_events_carry_the_old_object() {
         use watcher::Event::{Apply, Delete, Init, InitDone};
-        let (seen, cached) = replay(&[
+        let (seen, cached) = replay(vec![
             Init,
             InitDone,
             Apply(object("a", "1")),
@@ -356,7 +351,7 @@ mod tests {
     #[test]
     fn a_relist_reports_resyncs_updates_and_deletions_like_client_go_replace() {
         use watcher::Event::{Apply, Init, InitApply, InitDone};
-        let (seen, cached) = replay(&[
+        let (seen, cached) = replay(vec![
             Init,
             InitApply(object("same", "1")),
             InitApply(object("changed", "2")),

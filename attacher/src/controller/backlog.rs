@@ -7,8 +7,8 @@
 //! * `csi_attacher_oldest_pending_operation_seconds{operation="attach"|"detach"}` (gauge): since
 //!   the VolumeAttachment was created (attach) or marked for deletion (detach); 0 when none wait.
 
+use csi_common::informer::Store;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::reflector::Store;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{GaugeVec, Opts};

@@ -16,12 +16,13 @@ use std::time::Duration;
 
 use csi_common::controller::{self, Outcome, Workers};
 use csi_common::events::{self, EventRecorder, EventType};
+use csi_common::informer::Store;
 use csi_common::informer::{self, Change, InformerTask};
 use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
 use futures::FutureExt;
 use k8s_openapi::api::storage::v1::CSINode;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 
 use self::locks::KeyLocks;

@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use csi_common::informer::Store;
 use csi_common::informer::{
     Change, InformerTask, filtered_informer, informer, trim_managed_fields,
 };
@@ -17,7 +18,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 
 use super::controller::{Deps, SharedState, lock};

@@ -20,12 +20,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use csi_common::controller::{Outcome, Workers};
+use csi_common::informer::Store;
 use csi_common::kube_client::error_text;
 use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{DeleteParams, PostParams};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 use proto::csi::v1::{GetCapacityRequest, Topology};
 use tokio::time::Instant;

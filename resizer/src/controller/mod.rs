@@ -17,12 +17,13 @@ use std::time::Duration;
 use csi_common::capabilities::ControllerCapabilities;
 use csi_common::controller::{self, Workers};
 use csi_common::events::EventRecorder;
+use csi_common::informer::Store;
 use csi_common::informer::{self, Change, InformerTask};
 use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 
 use self::pods::PodWatch;

@@ -18,9 +18,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
+use csi_common::informer::Store;
 use csi_common::informer::{self, Change};
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 
 use crate::inuse;

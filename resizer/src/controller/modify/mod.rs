@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use csi_common::controller::{self, Workers};
 use csi_common::events::EventRecorder;
+use csi_common::informer::Store;
 use csi_common::informer::{self, Change, InformerTask};
 use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
@@ -22,7 +23,7 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::VolumeAttributesClass;
 use kube::Client;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 
 use super::state::State;
 use super::{Stores, key};
