@@ -104,8 +104,8 @@ where
     F: FnMut(Change<'_, K>) + Send + 'static,
 {
     let (reader, writer) = store::store();
-    // A kind whose version is chosen at run time (its dynamic type) is cached under the
-    // default one: the store's keys only need to be consistent.
+    // The kind's name for the log lines; a kind whose version is chosen at run time (its
+    // dynamic type) is named by its default one.
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let mut cache = Cache::new(reader.clone(), writer, on_change);
     let task = async move {

@@ -135,7 +135,7 @@ impl<K: Resource> Table<K> {
     }
 
     /// Caches `object`, returning the object it replaces.
-    pub(super) fn insert(&mut self, object: Arc<K>) -> Option<Arc<K>> {
+    fn insert(&mut self, object: Arc<K>) -> Option<Arc<K>> {
         let (namespace, name) = key_of(object.as_ref());
         let hash = self.hash(namespace, name);
         let hasher = &self.hasher;
