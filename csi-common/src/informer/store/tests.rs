@@ -162,3 +162,126 @@ async fn waiting_ends_with_an_error_when_the_informer_stops_before_its_first_lis
     drop(writer);
     assert!(store.wait_until_ready().await.is_err());
 }
+
+/// One step of the property test: what an informer's watch can deliver.
+#[derive(Debug, Clone)]
+enum Step {
+    Apply(Option<u8>, u8, u16),
+    Delete(Option<u8>, u8),
+    ListStart,
+    ListApply(Option<u8>, u8, u16),
+    ListDone,
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    // Few namespaces and names, so steps hit the same objects often; `None` is a
+    // cluster-scoped object, which must not collide with a namespaced one of the same name.
+    let namespace = prop_oneof![Just(None), (0u8..3).prop_map(Some)];
+    prop_oneof![
+        4 => (namespace.clone(), 0u8..6, any::<u16>()).prop_map(|(n, o, v)| Step::Apply(n, o, v)),
+        2 => (namespace.clone(), 0u8..6).prop_map(|(n, o)| Step::Delete(n, o)),
+        1 => Just(Step::ListStart),
+        3 => (namespace, 0u8..6, any::<u16>()).prop_map(|(n, o, v)| Step::ListApply(n, o, v)),
+        1 => Just(Step::ListDone),
+    ]
+}
+
+fn object(namespace: Option<u8>, name: u8, version: u16) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(format!("o{name}")),
+            namespace: namespace.map(|n| format!("ns{n}")),
+            resource_version: Some(version.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+type Model = std::collections::BTreeMap<(Option<u8>, u8), u16>;
+
+fn contents(objects: &[Arc<ConfigMap>]) -> Vec<(Option<String>, String, String)> {
+    let mut all: Vec<_> = objects
+        .iter()
+        .map(|o| {
+            let meta = &o.metadata;
+            (
+                meta.namespace.clone(),
+                meta.name.clone().unwrap_or_default(),
+                meta.resource_version.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+fn expected(model: &Model) -> Vec<(Option<String>, String, String)> {
+    let mut all: Vec<_> = model
+        .iter()
+        .map(|((n, o), v)| (n.map(|n| format!("ns{n}")), format!("o{o}"), v.to_string()))
+        .collect();
+    all.sort();
+    all
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config {
+        cases: 500,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(13),
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    })]
+
+    /// The store against a map: after every step it holds what the map holds, finds each
+    /// object by its namespace and name, returns what an apply replaced, and a completed list
+    /// hands back exactly the state it replaced.
+    #[test]
+    fn the_store_behaves_as_a_map_with_a_buffered_relist(
+        steps in proptest::collection::vec(step(), 1..80)
+    ) {
+        let (store, mut writer) = store::<ConfigMap>();
+        let mut model = Model::new();
+        let mut relist: Option<Model> = None;
+        for step in steps {
+            match step {
+                Step::Apply(n, o, v) => {
+                    let (_, old) = writer.apply(object(n, o, v));
+                    let want = model.insert((n, o), v).map(|v| v.to_string());
+                    proptest::prop_assert_eq!(rv(old), want);
+                }
+                Step::Delete(n, o) => {
+                    writer.delete(&object(n, o, 0));
+                    model.remove(&(n, o));
+                }
+                Step::ListStart => {
+                    writer.list_start();
+                    relist = Some(Model::new());
+                }
+                Step::ListApply(n, o, v) => {
+                    writer.list_apply(object(n, o, v));
+                    relist.get_or_insert_with(Model::new).insert((n, o), v);
+                }
+                Step::ListDone => {
+                    let mut before = writer.list_done();
+                    let replaced = std::mem::replace(&mut model, relist.take().unwrap_or_default());
+                    proptest::prop_assert_eq!(contents(&before.drain()), expected(&replaced));
+                }
+            }
+            proptest::prop_assert_eq!(contents(&store.state()), expected(&model));
+            proptest::prop_assert_eq!(store.len(), model.len());
+            for n in [None, Some(0), Some(1), Some(2)] {
+                for o in 0..6 {
+                    let name = format!("o{o}");
+                    let key = match n {
+                        Some(n) => ObjectRef::new(&name).within(&format!("ns{n}")),
+                        None => ObjectRef::new(&name),
+                    };
+                    let want = model.get(&(n, o)).map(u16::to_string);
+                    proptest::prop_assert_eq!(rv(store.get(&key)), want);
+                }
+            }
+        }
+    }
+}
