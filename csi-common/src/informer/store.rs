@@ -123,9 +123,14 @@ fn key_of<K: Resource>(object: &K) -> (Option<&str>, &str) {
     )
 }
 
+/// Where `hasher` places the object with `namespace` and `name`.
+fn hash_of(hasher: &RandomState, namespace: Option<&str>, name: &str) -> u64 {
+    hasher.hash_one((namespace, name))
+}
+
 impl<K: Resource> Table<K> {
     fn hash(&self, namespace: Option<&str>, name: &str) -> u64 {
-        self.hasher.hash_one((namespace, name))
+        hash_of(&self.hasher, namespace, name)
     }
 
     fn get(&self, namespace: Option<&str>, name: &str) -> Option<&Arc<K>> {
@@ -144,7 +149,7 @@ impl<K: Resource> Table<K> {
             |o| key_of(o.as_ref()) == (namespace, name),
             |o| {
                 let (namespace, name) = key_of(o.as_ref());
-                hasher.hash_one((namespace, name))
+                hash_of(hasher, namespace, name)
             },
         ) {
             hashbrown::hash_table::Entry::Occupied(mut slot) => {

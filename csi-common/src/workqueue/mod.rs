@@ -108,7 +108,7 @@ const SHRINK_FLOOR: usize = 256;
 /// Why at all: a burst (a fresh start with thousands of objects, every object queued once)
 /// grows the queue and its tables to the burst's size, and neither `VecDeque` nor `HashMap`
 /// ever shrinks by itself, so without this a sidecar keeps the burst's tables for its whole
-/// life: about 1.6 MiB for 5,000 claims and 5,000 PVs (docs/bench.md).
+/// life: about 1.6 MB for 5,000 claims and 5,000 PVs (docs/bench.md).
 fn should_shrink(len: usize, capacity: usize) -> bool {
     capacity > SHRINK_FLOOR && len <= capacity / 4
 }
