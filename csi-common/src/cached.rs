@@ -17,6 +17,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
 
+mod meta;
+
+pub use self::meta::{Meta, Reference, Token};
+
 /// k8s-openapi's reading of a required field: absent (with `#[serde(default)]`) or `null` is
 /// the default value.
 ///

@@ -16,7 +16,8 @@
 //! store, whose keys copy four strings of every object (see the `store` module).
 //!
 //! Every object is trimmed before it is cached (`managedFields` is often half of an object and
-//! no sidecar reads it; see [`trim_managed_fields`]).
+//! no sidecar reads it; see [`trim_managed_fields`]), or, with [`projected_informer`], cached in
+//! a compact form of the sidecar's own (csi-provisioner's and csi-resizer's claims and volumes).
 //!
 //! The initial list is a streaming list, as client-go's informers do since 0.34 (the golden
 //! traffic: one `watch?sendInitialEvents=true` per informer, no LIST): one request instead of a
@@ -50,7 +51,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
@@ -58,7 +59,7 @@ use crate::kube_client::{error_text, status_text};
 
 mod store;
 
-pub use self::store::{Store, WriterDropped};
+pub use self::store::{Keyed, Store, WriterDropped};
 
 /// A future that keeps one cache filled; it runs until dropped or aborted.
 pub type InformerTask = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -103,19 +104,42 @@ where
     K::DynamicType: Default + Clone + Eq + Hash + Send + Sync,
     F: FnMut(Change<'_, K>) + Send + 'static,
 {
+    let project = move |mut object: K| {
+        trim(&mut object);
+        object
+    };
+    projected_informer(api, base, project, on_change)
+}
+
+/// As [`filtered_informer`], caching what `project` makes of each object rather than the
+/// object: a compact form of its own (say with [`crate::cached::Meta`] and shared strings from
+/// an [`crate::intern::Interner`] the closure owns) for a cache of thousands of objects. The
+/// handler sees the cached form. `project` runs on the informer's task, once per object of every
+/// event, deletions included.
+pub fn projected_informer<K, C, P, F>(
+    api: Api<K>,
+    base: watcher::Config,
+    project: P,
+    on_change: F,
+) -> (Store<C>, InformerTask)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Clone + Eq + Hash + Send + Sync,
+    C: Keyed + Send + Sync + 'static,
+    P: FnMut(K) -> C + Send + 'static,
+    F: FnMut(Change<'_, C>) + Send + 'static,
+{
     let (reader, writer) = store::store();
     // The kind's name for the log lines; a kind whose version is chosen at run time (its
     // dynamic type) is named by its default one.
     let kind = K::kind(&K::DynamicType::default()).into_owned();
-    let mut cache = Cache::new(reader.clone(), writer, on_change);
+    let mut cache = Cache::new(reader.clone(), writer, project, on_change);
     let task = async move {
         // client-go's informers (WatchListClient, on since client-go 0.34) start with one
         // streaming-list watch and fall back to a LIST when the server refuses it.
         let mut config = base.clone().streaming_lists();
         loop {
-            let stream = watcher(api.clone(), config.clone())
-                .default_backoff()
-                .modify(trim);
+            let stream = watcher(api.clone(), config.clone()).default_backoff();
             let mut stream = std::pin::pin!(stream);
             let mut synced = false;
             let refused = loop {
@@ -169,42 +193,48 @@ fn refuses_streaming(err: &watcher::Error) -> bool {
     matches!(code, 400 | 422)
 }
 
-/// The store writer and the handler. What client-go's `Replace` reports after a re-list is
-/// computed from the state the list replaced ([`store::Writer::list_done`] buffers the new
-/// list until it is complete), so nothing is kept per object besides the store.
-struct Cache<K, F> {
-    store: Store<K>,
-    writer: store::Writer<K>,
+/// The store writer, the projection and the handler. What client-go's `Replace` reports after
+/// a re-list is computed from the state the list replaced ([`store::Writer::list_done`]
+/// buffers the new list until it is complete), so nothing is kept per object besides the store.
+struct Cache<C, P, F> {
+    store: Store<C>,
+    writer: store::Writer<C>,
+    project: P,
     on_change: F,
 }
 
-impl<K, F> Cache<K, F>
+impl<C, P, F> Cache<C, P, F>
 where
-    K: Resource,
-    F: FnMut(Change<'_, K>),
+    C: Keyed,
+    F: FnMut(Change<'_, C>),
 {
-    fn new(store: Store<K>, writer: store::Writer<K>, on_change: F) -> Self {
+    fn new(store: Store<C>, writer: store::Writer<C>, project: P, on_change: F) -> Self {
         Self {
             store,
             writer,
+            project,
             on_change,
         }
     }
 
     /// Applies one event, then tells the handler (after the store has the change, and with no
     /// lock held, so the handler may read the store).
-    fn apply(&mut self, event: watcher::Event<K>) {
+    fn apply<K>(&mut self, event: watcher::Event<K>)
+    where
+        P: FnMut(K) -> C,
+    {
         match event {
             watcher::Event::Apply(new) => {
-                let (new, old) = self.writer.apply(new);
+                let (new, old) = self.writer.apply((self.project)(new));
                 (self.on_change)(Change::Applied { old, new: &new });
             }
             watcher::Event::Delete(gone) => {
+                let gone = (self.project)(gone);
                 self.writer.delete(&gone);
                 (self.on_change)(Change::Deleted(&gone));
             }
             watcher::Event::Init => self.writer.list_start(),
-            watcher::Event::InitApply(object) => self.writer.list_apply(object),
+            watcher::Event::InitApply(object) => self.writer.list_apply((self.project)(object)),
             watcher::Event::InitDone => {
                 let mut before = self.writer.list_done();
                 // Reported only now, when the store holds the whole new list, so a handler that
@@ -260,26 +290,32 @@ mod tests {
     fn replay(events: Vec<watcher::Event<ConfigMap>>) -> (Vec<String>, Vec<String>) {
         let (store, writer) = store::store();
         let seen = std::sync::Mutex::new(Vec::new());
-        let mut cache = Cache::new(store.clone(), writer, |change: Change<'_, ConfigMap>| {
-            let line = match change {
-                Change::Applied { old, new } => format!(
-                    "applied {} {}->{}",
-                    new.metadata.name.as_deref().unwrap_or_default(),
-                    old.and_then(|o| o.metadata.resource_version.clone())
-                        .unwrap_or_default(),
-                    new.metadata.resource_version.as_deref().unwrap_or_default(),
-                ),
-                Change::Deleted(gone) => format!(
-                    "deleted {} {}",
-                    gone.metadata.name.as_deref().unwrap_or_default(),
-                    gone.metadata
-                        .resource_version
-                        .as_deref()
-                        .unwrap_or_default(),
-                ),
-            };
-            seen.lock().unwrap().push(line);
-        });
+        let identity = |object: ConfigMap| object;
+        let mut cache = Cache::new(
+            store.clone(),
+            writer,
+            identity,
+            |change: Change<'_, ConfigMap>| {
+                let line = match change {
+                    Change::Applied { old, new } => format!(
+                        "applied {} {}->{}",
+                        new.metadata.name.as_deref().unwrap_or_default(),
+                        old.and_then(|o| o.metadata.resource_version.clone())
+                            .unwrap_or_default(),
+                        new.metadata.resource_version.as_deref().unwrap_or_default(),
+                    ),
+                    Change::Deleted(gone) => format!(
+                        "deleted {} {}",
+                        gone.metadata.name.as_deref().unwrap_or_default(),
+                        gone.metadata
+                            .resource_version
+                            .as_deref()
+                            .unwrap_or_default(),
+                    ),
+                };
+                seen.lock().unwrap().push(line);
+            },
+        );
         for event in events {
             cache.apply(event);
         }

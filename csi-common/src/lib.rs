@@ -23,6 +23,7 @@ pub mod h2_authority;
 pub mod http;
 pub mod identity;
 pub mod informer;
+pub mod intern;
 pub mod kube_client;
 pub mod leader;
 pub mod logging;

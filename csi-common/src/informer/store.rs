@@ -45,13 +45,37 @@ impl<K> fmt::Debug for Store<K> {
 #[error("the informer stopped before its first list was complete")]
 pub struct WriterDropped;
 
+/// What a [`Store`] finds an object by: its namespace (`None` for a cluster-scoped object)
+/// and its name. Every Kubernetes object has them ([`Resource`]); a cache that holds its own
+/// compact form of an object implements this for it.
+pub trait Keyed {
+    /// The namespace and the name (a name is required by the API server; an object without
+    /// one is cached under the empty name, as kube-runtime's `ObjectRef` does).
+    fn key(&self) -> (Option<&str>, &str);
+}
+
+impl<K: Resource> Keyed for K {
+    fn key(&self) -> (Option<&str>, &str) {
+        let meta = self.meta();
+        (
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
 impl<K: Resource> Store<K> {
     /// The cached object `key` names (its namespace and name; the rest of the reference is
     /// not compared, as in kube-runtime's store).
     pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
-        self.read()
-            .get(key.namespace.as_deref(), &key.name)
-            .cloned()
+        self.lookup(key.namespace.as_deref(), &key.name)
+    }
+}
+
+impl<K: Keyed> Store<K> {
+    /// The cached object named `name` in `namespace` (`None` for a cluster-scoped object).
+    pub fn lookup(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
+        self.read().get(namespace, name).cloned()
     }
 }
 
@@ -113,14 +137,9 @@ impl<K> Default for Table<K> {
     }
 }
 
-/// The namespace and name of a cached object (a name is required by the API server; an object
-/// without one is cached under the empty name, as kube-runtime's `ObjectRef` does).
-fn key_of<K: Resource>(object: &K) -> (Option<&str>, &str) {
-    let meta = object.meta();
-    (
-        meta.namespace.as_deref(),
-        meta.name.as_deref().unwrap_or_default(),
-    )
+/// The namespace and name of a cached object.
+fn key_of<K: Keyed>(object: &K) -> (Option<&str>, &str) {
+    object.key()
 }
 
 /// Where `hasher` places the object with `namespace` and `name`.
@@ -128,7 +147,7 @@ fn hash_of(hasher: &RandomState, namespace: Option<&str>, name: &str) -> u64 {
     hasher.hash_one((namespace, name))
 }
 
-impl<K: Resource> Table<K> {
+impl<K: Keyed> Table<K> {
     fn hash(&self, namespace: Option<&str>, name: &str) -> u64 {
         hash_of(&self.hasher, namespace, name)
     }
@@ -204,7 +223,7 @@ pub(super) fn store<K>() -> (Store<K>, Writer<K>) {
     )
 }
 
-impl<K: Resource> Writer<K> {
+impl<K: Keyed> Writer<K> {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Table<K>> {
         self.table.write().unwrap_or_else(PoisonError::into_inner)
     }

@@ -1,0 +1,184 @@
+//! One shared copy of each string, string list and string map that many cached objects carry.
+//!
+//! Most strings of a cached claim or volume are the same in thousands of objects: the
+//! namespace, the class, the driver, the annotation keys and most of their values, the
+//! finalizers, the access modes, the `v1` and `PersistentVolumeClaim` of every claimRef, and
+//! often the whole list of them. A `String` costs 24 bytes inline and an allocation of at least
+//! 32 bytes (glibc's smallest chunk); an `Arc<str>` handed out by an [`Interner`] costs 16 bytes
+//! inline, and nothing more once another object holds the same text. docs/bench.md ("Shared
+//! strings and a compact metadata") has what this saved.
+//!
+//! The interner forgets what no cached object holds any more: when a table has doubled since it
+//! was last swept, it drops the values only it holds, so unique values (names, volume handles,
+//! a selected node that is never reused) cost a slot until the next sweep, not for ever, and a
+//! long-running sidecar's tables stay within twice what its cache holds.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// A shared list of strings.
+pub type SharedList = Arc<[Arc<str>]>;
+
+/// A shared string map, as a list of pairs sorted by key.
+pub type SharedPairs = Arc<[(Arc<str>, Arc<str>)]>;
+
+/// Hands out one `Arc` per distinct string, string list and string map. One per cache: it is
+/// owned by the informer task that fills the cache, so it needs no lock.
+#[derive(Default)]
+pub struct Interner {
+    strs: Table<str>,
+    lists: Table<[Arc<str>]>,
+    pairs: Table<[(Arc<str>, Arc<str>)]>,
+}
+
+impl fmt::Debug for Interner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Interner")
+            .field("strs", &self.strs.set.len())
+            .field("lists", &self.lists.set.len())
+            .field("pairs", &self.pairs.set.len())
+            .finish()
+    }
+}
+
+impl Interner {
+    /// The shared copy of `value`.
+    pub fn str(&mut self, value: &str) -> Arc<str> {
+        self.strs.get_or_insert(value, |v| Arc::from(v))
+    }
+
+    /// The shared copy of each string of `values`, and of the list (in its order).
+    pub fn list<'a>(&mut self, values: impl IntoIterator<Item = &'a str>) -> SharedList {
+        let items: Vec<Arc<str>> = values.into_iter().map(|v| self.str(v)).collect();
+        self.lists.get_or_insert(&items[..], |v| Arc::from(v))
+    }
+
+    /// The shared copy of each key and value of a map, and of the whole map. `sorted` yields the
+    /// entries sorted by key, as a `BTreeMap` iterates; [`to_map`] makes the map again.
+    pub fn pairs<'a>(
+        &mut self,
+        sorted: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> SharedPairs {
+        let items: Vec<(Arc<str>, Arc<str>)> = sorted
+            .into_iter()
+            .map(|(k, v)| (self.str(k), self.str(v)))
+            .collect();
+        self.pairs.get_or_insert(&items[..], |v| Arc::from(v))
+    }
+
+    /// [`Interner::str`] of an optional string.
+    pub fn opt_str(&mut self, value: Option<String>) -> Option<Arc<str>> {
+        value.map(|v| self.str(&v))
+    }
+
+    /// [`Interner::list`] of an optional list.
+    pub fn opt_list(&mut self, values: Option<Vec<String>>) -> Option<SharedList> {
+        values.map(|v| self.list(v.iter().map(String::as_str)))
+    }
+
+    /// [`Interner::pairs`] of an optional string map.
+    pub fn opt_map(&mut self, map: Option<BTreeMap<String, String>>) -> Option<SharedPairs> {
+        map.map(|m| self.pairs(m.iter().map(|(k, v)| (k.as_str(), v.as_str()))))
+    }
+
+    /// [`Interner::pairs`] of an optional map of quantities (a capacity, requests): most
+    /// objects of a cache have one of a few sizes. [`to_quantities`] makes the map again.
+    pub fn quantities(&mut self, map: Option<BTreeMap<String, Quantity>>) -> Option<SharedPairs> {
+        map.map(|m| self.pairs(m.iter().map(|(k, q)| (k.as_str(), q.0.as_str()))))
+    }
+
+    /// How many values the tables hold (strings, lists, maps), for tests and debugging.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.strs.set.len() + self.lists.set.len() + self.pairs.set.len()
+    }
+
+    /// Whether the tables are empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The map `pairs` holds, its values made by `value` (a `String`, a `Quantity`, ...).
+pub fn to_map<V>(pairs: &[(Arc<str>, Arc<str>)], value: impl Fn(&str) -> V) -> BTreeMap<String, V> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), value(v)))
+        .collect()
+}
+
+/// The map of quantities `pairs` holds ([`Interner::quantities`]).
+#[must_use]
+pub fn to_quantities(pairs: &[(Arc<str>, Arc<str>)]) -> BTreeMap<String, Quantity> {
+    to_map(pairs, |q| Quantity(q.to_owned()))
+}
+
+/// The strings of `list`, owned.
+#[must_use]
+pub fn to_vec(list: &[Arc<str>]) -> Vec<String> {
+    list.iter().map(ToString::to_string).collect()
+}
+
+/// The smallest table size at which a sweep runs: below it the table costs less than the
+/// sweeps would.
+const SWEEP_FLOOR: usize = 64;
+
+/// The values of one kind, and the size at which the next sweep runs.
+struct Table<T: ?Sized> {
+    set: HashTable<Arc<T>>,
+    hasher: RandomState,
+    sweep_at: usize,
+}
+
+impl<T: ?Sized> Default for Table<T> {
+    fn default() -> Self {
+        Self {
+            set: HashTable::new(),
+            hasher: RandomState::new(),
+            sweep_at: SWEEP_FLOOR,
+        }
+    }
+}
+
+impl<T: ?Sized + Hash + Eq> Table<T> {
+    /// The shared copy of `value`, made by `make` if there is none.
+    fn get_or_insert(&mut self, value: &T, make: impl FnOnce(&T) -> Arc<T>) -> Arc<T> {
+        // `Arc<T>` hashes as `T` does, so a value and its shared copy hash alike.
+        let hash = self.hasher.hash_one(value);
+        if let Some(found) = self.set.find(hash, |v| **v == *value) {
+            return Arc::clone(found);
+        }
+        if self.set.len() >= self.sweep_at {
+            self.sweep();
+        }
+        let shared = make(value);
+        let hasher = &self.hasher;
+        self.set
+            .insert_unique(hash, Arc::clone(&shared), |v| hasher.hash_one(&**v));
+        shared
+    }
+
+    /// Drops the values no one else holds and gives the table's room back.
+    fn sweep(&mut self) {
+        self.set.retain(|v| Arc::strong_count(v) > 1);
+        let hasher = &self.hasher;
+        self.set.shrink_to_fit(|v| hasher.hash_one(&**v));
+        self.sweep_at = next_sweep(self.set.len());
+    }
+}
+
+/// The table size at which the next sweep runs, after one left `live` values: twice that, so
+/// the sweeps cost O(1) per insert and the table holds at most twice the live values (or
+/// [`SWEEP_FLOOR`]).
+fn next_sweep(live: usize) -> usize {
+    live.saturating_mul(2).max(SWEEP_FLOOR)
+}
+
+#[cfg(test)]
+mod tests;
