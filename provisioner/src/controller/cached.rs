@@ -1,96 +1,182 @@
 //! What the PersistentVolumeClaim and PersistentVolume caches hold: the objects cut down to the
-//! fields the provisioner reads, with their string maps kept as short sorted lists.
+//! fields the provisioner reads, in a compact form of their own.
 //!
 //! k8s-openapi's `PersistentVolume` is 3472 bytes before any string (an inline `Option` for each
 //! of some thirty in-tree volume sources), and every map (annotations, capacity, requests, a
 //! claim's status capacity, a CSI volume's attributes) is a `BTreeMap` that allocates a node
-//! with room for eleven entries (544 bytes) for the one or two entries it holds. The caches keep
-//! these projections instead (docs/bench.md, csi-provisioner bench, has what that saved); with
-//! the group, version, kind and plural of the real types (`csi_common::same_resource_as!`), the
-//! list and watch requests are unchanged. [`super::stores::Stores`] hands out real objects
-//! built from them ([`PersistentVolumeClaim::to_full`], [`PersistentVolume::to_full`]), so the
-//! decisions, requests and patches read the same values as before.
+//! with room for eleven entries (544 bytes) for the one or two entries it holds. The watches
+//! read [`ClaimWire`] and [`VolumeWire`], which name only the fields kept (serde skips the rest);
+//! with the group, version, kind and plural of the real types (`csi_common::same_resource_as!`),
+//! the list and watch requests are unchanged. The caches then hold [`PersistentVolumeClaim`] and
+//! [`PersistentVolume`], made from them by [`claim_projection`] and [`volume_projection`]: the
+//! metadata as a [`Meta`], and every string most objects share (namespace, class, driver,
+//! access modes, annotations, finalizers, the claimRef's kind, ...) as one copy from an
+//! [`Interner`] (docs/bench.md, "Shared strings and a compact metadata", has what each step
+//! saved). [`super::stores::Stores`] hands out real objects built from them
+//! ([`PersistentVolumeClaim::to_full`], [`PersistentVolume::to_full`]), so the decisions,
+//! requests and patches read the same values as before.
 //!
 //! Kept, and why:
 //! * Claims: all of `metadata` but `managedFields` (a reschedule writes the cached claim back
 //!   with a full Update, as upstream does, so nothing the API server would keep may be missing;
-//!   the annotations and labels move to sorted lists, see [`trim_claim`]); the whole spec (class, size,
+//!   see [`Meta`]); the whole spec (class, size,
 //!   access modes, volume mode, selector, data sources, VolumeAttributesClass, bound volume:
 //!   provisioning, cloning and the Update read or carry all of it); of the status only the
 //!   phase (an Update never writes the status, a subresource).
-//! * Volumes: all of `metadata` but `managedFields` (annotations and labels as sorted lists,
-//!   see [`trim_volume`]); of the spec everything but the in-tree sources (a PV without `csi` is
-//!   only ever the provisioner's through its annotations): `capacity`, `claimRef`, `csi` (its
-//!   attributes as a sorted list), the reclaim policy, node affinity, class, VolumeAttributesClass,
-//!   access modes, mount options, volume mode; of the status only the phase.
+//! * Volumes: all of `metadata` but `managedFields`; of the spec everything but the in-tree
+//!   sources (a PV without `csi` is only ever the provisioner's through its annotations):
+//!   `capacity`, `claimRef`, `csi`, the reclaim policy, node affinity, class,
+//!   VolumeAttributesClass, access modes, mount options, volume mode; of the status only the
+//!   phase.
 
-use csi_common::cached::{required, sorted_pairs};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use csi_common::cached::{Meta, Reference, required};
+use csi_common::informer::Keyed;
+use csi_common::intern::{Interner, SharedList, SharedPairs, to_map, to_quantities, to_vec};
 use k8s_openapi::api::core::v1::{
-    self as real, ObjectReference, SecretReference, TypedLocalObjectReference,
-    TypedObjectReference, VolumeNodeAffinity,
+    self as real, CSIPersistentVolumeSource, ObjectReference, SecretReference,
+    TypedLocalObjectReference, TypedObjectReference, VolumeNodeAffinity,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Deserialize;
 
-/// A string map kept as a list sorted by key ([`sorted_pairs`]).
-type Pairs<V> = Option<Box<[(String, V)]>>;
-
-/// The two string maps of an object's metadata, as sorted lists. A claim made from a
-/// StatefulSet's `volumeClaimTemplates` carries the template's labels, and a `BTreeMap` holds
-/// even one label in a 544-byte node (docs/bench.md, "Memory per cached object").
-#[derive(Debug, Clone, Default, PartialEq)]
-struct MetaMaps {
-    annotations: Pairs<String>,
-    labels: Pairs<String>,
-}
-
-/// The fields of a `v1` PersistentVolumeClaim the provisioner reads.
+/// The fields of a `v1` PersistentVolumeClaim the provisioner reads, as the watch reads them.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub(crate) struct PersistentVolumeClaim {
-    /// Trimmed by [`trim_claim`].
+pub(crate) struct ClaimWire {
+    /// All of it; [`Meta`] drops `managedFields`.
     #[serde(default, deserialize_with = "required")]
     pub(crate) metadata: ObjectMeta,
     /// The whole spec.
-    pub(crate) spec: Option<ClaimSpec>,
+    spec: Option<ClaimSpecWire>,
     /// The phase only.
-    pub(crate) status: Option<Phase>,
-    /// `metadata.annotations` and `metadata.labels` once [`trim_claim`] has moved them here.
-    #[serde(skip)]
-    maps: MetaMaps,
+    status: Option<PhaseWire>,
 }
 
-/// A `PersistentVolumeClaimSpec`, its maps as sorted lists and its rarely set structures boxed.
+/// A `PersistentVolumeClaimSpec`, as read.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ClaimSpec {
+struct ClaimSpecWire {
     access_modes: Option<Vec<String>>,
-    data_source: Option<Box<TypedLocalObjectReference>>,
-    data_source_ref: Option<Box<TypedObjectReference>>,
-    resources: Option<Resources>,
-    selector: Option<Box<LabelSelector>>,
+    data_source: Option<TypedLocalObjectReference>,
+    data_source_ref: Option<TypedObjectReference>,
+    resources: Option<VolumeResourceRequirements>,
+    selector: Option<LabelSelector>,
     storage_class_name: Option<String>,
     volume_attributes_class_name: Option<String>,
     volume_mode: Option<String>,
     volume_name: Option<String>,
 }
 
-/// `VolumeResourceRequirements` with its maps as sorted lists.
+/// The `phase` of a claim's or a volume's status, as read.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-struct Resources {
-    #[serde(default, deserialize_with = "sorted_pairs")]
-    limits: Pairs<Quantity>,
-    #[serde(default, deserialize_with = "sorted_pairs")]
-    requests: Pairs<Quantity>,
-}
-
-/// The `phase` of a claim's or a volume's status.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub(crate) struct Phase {
+struct PhaseWire {
     phase: Option<String>,
 }
 
+csi_common::same_resource_as!(ClaimWire, real::PersistentVolumeClaim);
+
+/// The fields of a `v1` PersistentVolume the provisioner reads, as the watch reads them.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub(crate) struct VolumeWire {
+    /// All of it; [`Meta`] drops `managedFields`.
+    #[serde(default, deserialize_with = "required")]
+    pub(crate) metadata: ObjectMeta,
+    /// All but the in-tree sources.
+    spec: Option<VolumeSpecWire>,
+    /// The phase only.
+    status: Option<PhaseWire>,
+}
+
+/// A `PersistentVolumeSpec` without the in-tree sources, as read.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VolumeSpecWire {
+    access_modes: Option<Vec<String>>,
+    capacity: Option<BTreeMap<String, Quantity>>,
+    claim_ref: Option<ObjectReference>,
+    csi: Option<CSIPersistentVolumeSource>,
+    mount_options: Option<Vec<String>>,
+    node_affinity: Option<VolumeNodeAffinity>,
+    persistent_volume_reclaim_policy: Option<String>,
+    storage_class_name: Option<String>,
+    volume_attributes_class_name: Option<String>,
+    volume_mode: Option<String>,
+}
+
+csi_common::same_resource_as!(VolumeWire, real::PersistentVolume);
+
+/// A cached claim: the fields of [`ClaimWire`], compact.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PersistentVolumeClaim {
+    meta: Meta,
+    spec: Option<ClaimSpec>,
+    status: Option<Phase>,
+}
+
+/// A claim's spec; the rarely set structures boxed, the strings most claims share interned.
+#[derive(Debug, Clone, PartialEq)]
+struct ClaimSpec {
+    access_modes: Option<SharedList>,
+    data_source: Option<Box<TypedLocalObjectReference>>,
+    data_source_ref: Option<Box<TypedObjectReference>>,
+    resources: Option<Resources>,
+    selector: Option<Box<LabelSelector>>,
+    storage_class_name: Option<Arc<str>>,
+    volume_attributes_class_name: Option<Arc<str>>,
+    volume_mode: Option<Arc<str>>,
+    volume_name: Option<Box<str>>,
+}
+
+/// `VolumeResourceRequirements`: quantities by resource name.
+#[derive(Debug, Clone, PartialEq)]
+struct Resources {
+    limits: Option<SharedPairs>,
+    requests: Option<SharedPairs>,
+}
+
+/// A status with only its phase.
+#[derive(Debug, Clone, PartialEq)]
+struct Phase(Option<Arc<str>>);
+
+/// Makes the cached claims; owns the claim cache's [`Interner`].
+pub(crate) fn claim_projection() -> impl FnMut(ClaimWire) -> PersistentVolumeClaim + Send {
+    let mut interner = Interner::default();
+    move |wire| PersistentVolumeClaim::new(wire, &mut interner)
+}
+
+/// Makes the cached volumes; owns the volume cache's [`Interner`].
+pub(crate) fn volume_projection() -> impl FnMut(VolumeWire) -> PersistentVolume + Send {
+    let mut interner = Interner::default();
+    move |wire| PersistentVolume::new(wire, &mut interner)
+}
+
 impl PersistentVolumeClaim {
+    /// The compact form of `wire`.
+    pub(crate) fn new(wire: ClaimWire, interner: &mut Interner) -> Self {
+        Self {
+            meta: Meta::new(wire.metadata, interner),
+            spec: wire.spec.map(|spec| ClaimSpec {
+                access_modes: interner.opt_list(spec.access_modes),
+                data_source: spec.data_source.map(Box::new),
+                data_source_ref: spec.data_source_ref.map(Box::new),
+                resources: spec.resources.map(|r| Resources {
+                    limits: interner.quantities(r.limits),
+                    requests: interner.quantities(r.requests),
+                }),
+                selector: spec.selector.map(Box::new),
+                storage_class_name: interner.opt_str(spec.storage_class_name),
+                volume_attributes_class_name: interner.opt_str(spec.volume_attributes_class_name),
+                volume_mode: interner.opt_str(spec.volume_mode),
+                volume_name: spec.volume_name.map(String::into_boxed_str),
+            }),
+            status: wire.status.map(|s| Phase(interner.opt_str(s.phase))),
+        }
+    }
+
     /// Whether `spec.dataSource` or `spec.dataSourceRef` is set (a clone, restore or populator).
     pub(crate) fn names_data_source(&self) -> bool {
         self.spec
@@ -101,175 +187,198 @@ impl PersistentVolumeClaim {
     /// The real claim with the fields kept here; the status has only its phase.
     pub(crate) fn to_full(&self) -> real::PersistentVolumeClaim {
         real::PersistentVolumeClaim {
-            metadata: with_maps(&self.metadata, &self.maps),
+            metadata: self.meta.to_object_meta(),
             spec: self
                 .spec
                 .as_ref()
                 .map(|spec| real::PersistentVolumeClaimSpec {
-                    access_modes: spec.access_modes.clone(),
+                    access_modes: spec.access_modes.as_deref().map(to_vec),
                     data_source: spec.data_source.as_deref().cloned(),
                     data_source_ref: spec.data_source_ref.as_deref().cloned(),
-                    resources: spec
-                        .resources
-                        .as_ref()
-                        .map(|r| real::VolumeResourceRequirements {
-                            limits: to_map(r.limits.as_deref()),
-                            requests: to_map(r.requests.as_deref()),
-                        }),
+                    resources: spec.resources.as_ref().map(|r| VolumeResourceRequirements {
+                        limits: r.limits.as_deref().map(to_quantities),
+                        requests: r.requests.as_deref().map(to_quantities),
+                    }),
                     selector: spec.selector.as_deref().cloned(),
-                    storage_class_name: spec.storage_class_name.clone(),
-                    volume_attributes_class_name: spec.volume_attributes_class_name.clone(),
-                    volume_mode: spec.volume_mode.clone(),
-                    volume_name: spec.volume_name.clone(),
+                    storage_class_name: owned(spec.storage_class_name.as_deref()),
+                    volume_attributes_class_name: owned(
+                        spec.volume_attributes_class_name.as_deref(),
+                    ),
+                    volume_mode: owned(spec.volume_mode.as_deref()),
+                    volume_name: owned(spec.volume_name.as_deref()),
                 }),
             status: self
                 .status
                 .as_ref()
                 .map(|status| real::PersistentVolumeClaimStatus {
-                    phase: status.phase.clone(),
+                    phase: owned(status.0.as_deref()),
                     ..Default::default()
                 }),
         }
     }
 }
 
-csi_common::same_resource_as!(PersistentVolumeClaim, real::PersistentVolumeClaim);
+impl Keyed for PersistentVolumeClaim {
+    fn key(&self) -> (Option<&str>, &str) {
+        (self.meta.namespace(), self.meta.name().unwrap_or_default())
+    }
+}
 
-/// The fields of a `v1` PersistentVolume the provisioner reads.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// A cached volume: the fields of [`VolumeWire`], compact.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PersistentVolume {
-    /// Trimmed by [`trim_volume`].
-    #[serde(default, deserialize_with = "required")]
-    pub(crate) metadata: ObjectMeta,
-    /// All but the in-tree sources.
+    meta: Meta,
     spec: Option<VolumeSpec>,
-    /// The phase only.
     status: Option<Phase>,
-    /// `metadata.annotations` and `metadata.labels` once [`trim_volume`] has moved them here.
-    #[serde(skip)]
-    maps: MetaMaps,
 }
 
-/// A `PersistentVolumeSpec` without the in-tree sources, its maps as sorted lists.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// A volume's spec without the in-tree sources; the rarely set structures boxed, the strings
+/// most volumes share interned.
+#[derive(Debug, Clone, PartialEq)]
 struct VolumeSpec {
-    access_modes: Option<Vec<String>>,
-    #[serde(default, deserialize_with = "sorted_pairs")]
-    capacity: Pairs<Quantity>,
-    claim_ref: Option<Box<ObjectReference>>,
+    access_modes: Option<SharedList>,
+    capacity: Option<SharedPairs>,
+    claim_ref: Option<Box<Reference>>,
     csi: Option<Box<CsiSource>>,
-    mount_options: Option<Vec<String>>,
+    mount_options: Option<SharedList>,
     node_affinity: Option<Box<VolumeNodeAffinity>>,
-    persistent_volume_reclaim_policy: Option<String>,
-    storage_class_name: Option<String>,
-    volume_attributes_class_name: Option<String>,
-    volume_mode: Option<String>,
+    persistent_volume_reclaim_policy: Option<Arc<str>>,
+    storage_class_name: Option<Arc<str>>,
+    volume_attributes_class_name: Option<Arc<str>>,
+    volume_mode: Option<Arc<str>>,
 }
 
-/// A `CSIPersistentVolumeSource` with its attributes as a sorted list: every PV the provisioner
-/// makes has at least `storage.kubernetes.io/csiProvisionerIdentity`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// A `CSIPersistentVolumeSource`: every PV the provisioner makes has at least the attribute
+/// `storage.kubernetes.io/csiProvisionerIdentity`, the same in all of them; the five Secret
+/// references are set only when the class names Secrets.
+#[derive(Debug, Clone, PartialEq)]
 struct CsiSource {
-    controller_expand_secret_ref: Option<SecretReference>,
-    controller_publish_secret_ref: Option<SecretReference>,
-    #[serde(default, deserialize_with = "required")]
-    driver: String,
-    fs_type: Option<String>,
-    node_expand_secret_ref: Option<SecretReference>,
-    node_publish_secret_ref: Option<SecretReference>,
-    node_stage_secret_ref: Option<SecretReference>,
+    driver: Arc<str>,
+    volume_handle: Box<str>,
+    fs_type: Option<Arc<str>>,
     read_only: Option<bool>,
-    #[serde(default, deserialize_with = "sorted_pairs")]
-    volume_attributes: Pairs<String>,
-    #[serde(default, deserialize_with = "required")]
-    volume_handle: String,
+    volume_attributes: Option<SharedPairs>,
+    secrets: Option<Box<CsiSecrets>>,
+}
+
+/// The Secret references of a CSI volume source.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct CsiSecrets {
+    controller_expand: Option<SecretReference>,
+    controller_publish: Option<SecretReference>,
+    node_expand: Option<SecretReference>,
+    node_publish: Option<SecretReference>,
+    node_stage: Option<SecretReference>,
 }
 
 impl PersistentVolume {
+    /// The compact form of `wire`.
+    pub(crate) fn new(wire: VolumeWire, interner: &mut Interner) -> Self {
+        Self {
+            meta: Meta::new(wire.metadata, interner),
+            spec: wire.spec.map(|spec| VolumeSpec {
+                access_modes: interner.opt_list(spec.access_modes),
+                capacity: interner.quantities(spec.capacity),
+                claim_ref: spec
+                    .claim_ref
+                    .map(|r| Box::new(Reference::new(r, interner))),
+                csi: spec.csi.map(|csi| Box::new(CsiSource::new(csi, interner))),
+                mount_options: interner.opt_list(spec.mount_options),
+                node_affinity: spec.node_affinity.map(Box::new),
+                persistent_volume_reclaim_policy: interner
+                    .opt_str(spec.persistent_volume_reclaim_policy),
+                storage_class_name: interner.opt_str(spec.storage_class_name),
+                volume_attributes_class_name: interner.opt_str(spec.volume_attributes_class_name),
+                volume_mode: interner.opt_str(spec.volume_mode),
+            }),
+            status: wire.status.map(|s| Phase(interner.opt_str(s.phase))),
+        }
+    }
+
     /// The real PersistentVolume with the fields kept here; no in-tree source, the status has
     /// only its phase.
     pub(crate) fn to_full(&self) -> real::PersistentVolume {
         real::PersistentVolume {
-            metadata: with_maps(&self.metadata, &self.maps),
+            metadata: self.meta.to_object_meta(),
             spec: self.spec.as_ref().map(|spec| real::PersistentVolumeSpec {
-                access_modes: spec.access_modes.clone(),
-                capacity: to_map(spec.capacity.as_deref()),
-                claim_ref: spec.claim_ref.as_deref().cloned(),
-                csi: spec
-                    .csi
+                access_modes: spec.access_modes.as_deref().map(to_vec),
+                capacity: spec.capacity.as_deref().map(to_quantities),
+                claim_ref: spec
+                    .claim_ref
                     .as_deref()
-                    .map(|csi| real::CSIPersistentVolumeSource {
-                        controller_expand_secret_ref: csi.controller_expand_secret_ref.clone(),
-                        controller_publish_secret_ref: csi.controller_publish_secret_ref.clone(),
-                        driver: csi.driver.clone(),
-                        fs_type: csi.fs_type.clone(),
-                        node_expand_secret_ref: csi.node_expand_secret_ref.clone(),
-                        node_publish_secret_ref: csi.node_publish_secret_ref.clone(),
-                        node_stage_secret_ref: csi.node_stage_secret_ref.clone(),
-                        read_only: csi.read_only,
-                        volume_attributes: to_map(csi.volume_attributes.as_deref()),
-                        volume_handle: csi.volume_handle.clone(),
-                    }),
-                mount_options: spec.mount_options.clone(),
+                    .map(Reference::to_object_reference),
+                csi: spec.csi.as_deref().map(CsiSource::to_full),
+                mount_options: spec.mount_options.as_deref().map(to_vec),
                 node_affinity: spec.node_affinity.as_deref().cloned(),
-                persistent_volume_reclaim_policy: spec.persistent_volume_reclaim_policy.clone(),
-                storage_class_name: spec.storage_class_name.clone(),
-                volume_attributes_class_name: spec.volume_attributes_class_name.clone(),
-                volume_mode: spec.volume_mode.clone(),
+                persistent_volume_reclaim_policy: owned(
+                    spec.persistent_volume_reclaim_policy.as_deref(),
+                ),
+                storage_class_name: owned(spec.storage_class_name.as_deref()),
+                volume_attributes_class_name: owned(spec.volume_attributes_class_name.as_deref()),
+                volume_mode: owned(spec.volume_mode.as_deref()),
                 ..Default::default()
             }),
             status: self
                 .status
                 .as_ref()
                 .map(|status| real::PersistentVolumeStatus {
-                    phase: status.phase.clone(),
+                    phase: owned(status.0.as_deref()),
                     ..Default::default()
                 }),
         }
     }
 }
 
-csi_common::same_resource_as!(PersistentVolume, real::PersistentVolume);
-
-/// What the claim cache drops: `managedFields`, which nothing reads (and which an Update
-/// without them leaves as it is). The annotations and labels move to sorted lists.
-pub(crate) fn trim_claim(claim: &mut PersistentVolumeClaim) {
-    claim.maps = trim_meta(&mut claim.metadata);
-}
-
-/// What the volume cache drops: `managedFields`. The annotations and labels move to sorted
-/// lists.
-pub(crate) fn trim_volume(volume: &mut PersistentVolume) {
-    volume.maps = trim_meta(&mut volume.metadata);
-}
-
-/// Drops `managedFields` and takes the annotations and labels out as sorted lists.
-fn trim_meta(meta: &mut ObjectMeta) -> MetaMaps {
-    csi_common::informer::trim_managed_fields(meta);
-    MetaMaps {
-        annotations: meta.annotations.take().map(|map| map.into_iter().collect()),
-        labels: meta.labels.take().map(|map| map.into_iter().collect()),
+impl Keyed for PersistentVolume {
+    fn key(&self) -> (Option<&str>, &str) {
+        (self.meta.namespace(), self.meta.name().unwrap_or_default())
     }
 }
 
-/// `meta` with the annotations and labels put back as maps.
-fn with_maps(meta: &ObjectMeta, maps: &MetaMaps) -> ObjectMeta {
-    let mut meta = meta.clone();
-    if maps.annotations.is_some() {
-        meta.annotations = to_map(maps.annotations.as_deref());
+impl CsiSource {
+    fn new(csi: CSIPersistentVolumeSource, interner: &mut Interner) -> Self {
+        let secrets = CsiSecrets {
+            controller_expand: csi.controller_expand_secret_ref,
+            controller_publish: csi.controller_publish_secret_ref,
+            node_expand: csi.node_expand_secret_ref,
+            node_publish: csi.node_publish_secret_ref,
+            node_stage: csi.node_stage_secret_ref,
+        };
+        Self {
+            driver: interner.str(&csi.driver),
+            volume_handle: csi.volume_handle.into_boxed_str(),
+            fs_type: interner.opt_str(csi.fs_type),
+            read_only: csi.read_only,
+            volume_attributes: interner.opt_map(csi.volume_attributes),
+            secrets: (secrets != CsiSecrets::default()).then(|| Box::new(secrets)),
+        }
     }
-    if maps.labels.is_some() {
-        meta.labels = to_map(maps.labels.as_deref());
+
+    fn to_full(&self) -> CSIPersistentVolumeSource {
+        let secrets = self.secrets.as_deref();
+        let secret = |pick: fn(&CsiSecrets) -> &Option<SecretReference>| {
+            secrets.and_then(|s| pick(s).clone())
+        };
+        CSIPersistentVolumeSource {
+            controller_expand_secret_ref: secret(|s| &s.controller_expand),
+            controller_publish_secret_ref: secret(|s| &s.controller_publish),
+            driver: self.driver.to_string(),
+            fs_type: owned(self.fs_type.as_deref()),
+            node_expand_secret_ref: secret(|s| &s.node_expand),
+            node_publish_secret_ref: secret(|s| &s.node_publish),
+            node_stage_secret_ref: secret(|s| &s.node_stage),
+            read_only: self.read_only,
+            volume_attributes: self
+                .volume_attributes
+                .as_deref()
+                .map(|a| to_map(a, str::to_owned)),
+            volume_handle: self.volume_handle.to_string(),
+        }
     }
-    meta
 }
 
-fn to_map<V: Clone>(
-    pairs: Option<&[(String, V)]>,
-) -> Option<std::collections::BTreeMap<String, V>> {
-    pairs.map(|pairs| pairs.iter().cloned().collect())
+fn owned(value: Option<&str>) -> Option<String> {
+    value.map(str::to_owned)
 }
 
 #[cfg(test)]

@@ -15,15 +15,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use csi_common::informer::Store;
-use csi_common::informer::{Change, informer, trim_managed_fields as trim_meta};
+use csi_common::informer::{
+    Change, informer, projected_informer, trim_managed_fields as trim_meta,
+};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Api, Client};
 
 use super::ClaimKey;
-use super::cached::{self, trim_claim, trim_volume};
+use super::cached;
 
 /// A future that keeps one cache filled; it runs until aborted.
 pub(crate) use csi_common::informer::InformerTask;
@@ -57,7 +60,7 @@ impl Stores {
     /// The claim `namespace/name`.
     pub(crate) fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
         self.claims
-            .get(&ObjectRef::new(name).within(namespace))
+            .lookup(Some(namespace), name)
             .map(|claim| Arc::new(claim.to_full()))
     }
 
@@ -86,7 +89,7 @@ impl Stores {
     /// The PV `name`.
     pub(crate) fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
         self.volumes
-            .get(&ObjectRef::new(name))
+            .lookup(None, name)
             .map(|volume| Arc::new(volume.to_full()))
     }
 
@@ -191,22 +194,32 @@ pub(crate) fn start<H: Handlers>(
 ) -> (Stores, Vec<InformerTask>) {
     let mut tasks: Vec<InformerTask> = Vec::new();
 
-    let (claims, task) = informer(Api::all(client.clone()), trim_claim, {
-        let handlers = Arc::clone(handlers);
-        move |change: Change<'_, cached::PersistentVolumeClaim>| match change {
-            Change::Applied { new, .. } => handlers.claim_applied(&new.to_full()),
-            Change::Deleted(claim) => handlers.claim_deleted(&claim.to_full()),
-        }
-    });
+    let (claims, task) = projected_informer(
+        Api::<cached::ClaimWire>::all(client.clone()),
+        watcher::Config::default(),
+        cached::claim_projection(),
+        {
+            let handlers = Arc::clone(handlers);
+            move |change: Change<'_, cached::PersistentVolumeClaim>| match change {
+                Change::Applied { new, .. } => handlers.claim_applied(&new.to_full()),
+                Change::Deleted(claim) => handlers.claim_deleted(&claim.to_full()),
+            }
+        },
+    );
     tasks.push(task);
 
-    let (volumes, task) = informer(Api::all(client.clone()), trim_volume, {
-        let handlers = Arc::clone(handlers);
-        move |change: Change<'_, cached::PersistentVolume>| match change {
-            Change::Applied { new, .. } => handlers.volume_applied(&new.to_full()),
-            Change::Deleted(pv) => handlers.volume_deleted(&pv.to_full()),
-        }
-    });
+    let (volumes, task) = projected_informer(
+        Api::<cached::VolumeWire>::all(client.clone()),
+        watcher::Config::default(),
+        cached::volume_projection(),
+        {
+            let handlers = Arc::clone(handlers);
+            move |change: Change<'_, cached::PersistentVolume>| match change {
+                Change::Applied { new, .. } => handlers.volume_applied(&new.to_full()),
+                Change::Deleted(pv) => handlers.volume_deleted(&pv.to_full()),
+            }
+        },
+    );
     tasks.push(task);
 
     let (classes, task) = informer(

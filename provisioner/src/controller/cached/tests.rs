@@ -124,15 +124,18 @@ fn kept_volume(real: real::PersistentVolume) -> real::PersistentVolume {
     }
 }
 
+fn cached_claim(value: Value) -> PersistentVolumeClaim {
+    claim_projection()(serde_json::from_value(value).unwrap())
+}
+
+fn cached_volume(value: Value) -> PersistentVolume {
+    volume_projection()(serde_json::from_value(value).unwrap())
+}
+
 #[test]
 fn a_cached_claim_reads_as_the_real_claim_but_for_managed_fields_and_status_details() {
     let real: real::PersistentVolumeClaim = serde_json::from_value(claim_json()).unwrap();
-    let mut cached: PersistentVolumeClaim = serde_json::from_value(claim_json()).unwrap();
-    trim_claim(&mut cached);
-    assert!(cached.metadata.annotations.is_none(), "moved to the list");
-    assert!(cached.metadata.labels.is_none(), "moved to the list");
-    assert_eq!(cached.maps.annotations.as_deref().map(<[_]>::len), Some(2));
-    assert_eq!(cached.maps.labels.as_deref().map(<[_]>::len), Some(1));
+    let cached = cached_claim(claim_json());
     let want = kept_claim(real.clone());
     assert_eq!(cached.to_full(), want);
     // The fixture sets what the projection must keep, so the comparison above can fail.
@@ -156,10 +159,7 @@ fn a_cached_claim_reads_as_the_real_claim_but_for_managed_fields_and_status_deta
 #[test]
 fn a_cached_volume_reads_as_the_real_volume_but_for_in_tree_sources_and_status_details() {
     let real: real::PersistentVolume = serde_json::from_value(volume_json()).unwrap();
-    let mut cached: PersistentVolume = serde_json::from_value(volume_json()).unwrap();
-    trim_volume(&mut cached);
-    assert!(cached.metadata.annotations.is_none(), "moved to the list");
-    assert!(cached.metadata.labels.is_none(), "moved to the list");
+    let cached = cached_volume(volume_json());
     let want = kept_volume(real.clone());
     assert_eq!(cached.to_full(), want);
     let spec = want.spec.as_ref().unwrap();
@@ -191,31 +191,79 @@ fn absent_and_null_fields_read_as_k8s_openapi_reads_them() {
         json!({"spec": {"resources": {"requests": null}, "csi": {"driver": null, "volumeHandle": null}}}),
     ] {
         let real: real::PersistentVolumeClaim = serde_json::from_value(value.clone()).unwrap();
-        let cached: PersistentVolumeClaim = serde_json::from_value(value.clone()).unwrap();
-        assert_eq!(cached.to_full(), kept_claim(real));
+        assert_eq!(cached_claim(value.clone()).to_full(), kept_claim(real));
         let real: real::PersistentVolume = serde_json::from_value(value.clone()).unwrap();
-        let cached: PersistentVolume = serde_json::from_value(value).unwrap();
-        assert_eq!(cached.to_full(), kept_volume(real));
+        assert_eq!(cached_volume(value).to_full(), kept_volume(real));
     }
 }
 
 #[test]
-fn the_projections_are_the_resources_they_project() {
+fn the_watched_projections_are_the_resources_they_project() {
     use kube::Resource;
     assert_eq!(
-        PersistentVolumeClaim::url_path(&(), None),
+        ClaimWire::url_path(&(), None),
         real::PersistentVolumeClaim::url_path(&(), None)
     );
+    assert_eq!(ClaimWire::kind(&()), real::PersistentVolumeClaim::kind(&()));
     assert_eq!(
-        PersistentVolumeClaim::kind(&()),
-        real::PersistentVolumeClaim::kind(&())
-    );
-    assert_eq!(
-        PersistentVolume::url_path(&(), None),
+        VolumeWire::url_path(&(), None),
         real::PersistentVolume::url_path(&(), None)
     );
     assert_eq!(
-        PersistentVolume::api_version(&()),
+        VolumeWire::api_version(&()),
         real::PersistentVolume::api_version(&())
     );
+}
+
+/// The caches are keyed as the real objects are: a claim by namespace and name, a volume by
+/// name alone.
+#[test]
+fn cached_objects_are_found_by_namespace_and_name() {
+    assert_eq!(cached_claim(claim_json()).key(), (Some("ns"), "copy"));
+    assert_eq!(cached_volume(volume_json()).key(), (None, "pvc-1"));
+}
+
+/// Claims of one class, driver and size share their strings: what the compact form saves
+/// depends on it (docs/bench.md).
+#[test]
+fn objects_of_one_cache_share_their_common_strings() {
+    let mut interner = Interner::default();
+    let mut claims = Vec::new();
+    let mut volumes = Vec::new();
+    let mut volume_interner = Interner::default();
+    for i in 0..2 {
+        let mut claim = claim_json();
+        claim["metadata"]["name"] = json!(format!("c-{i}"));
+        claims.push(PersistentVolumeClaim::new(
+            serde_json::from_value(claim).unwrap(),
+            &mut interner,
+        ));
+        let mut volume = volume_json();
+        volume["metadata"]["name"] = json!(format!("pvc-{i}"));
+        volume["spec"]["csi"]["volumeHandle"] = json!(format!("h-{i}"));
+        volumes.push(PersistentVolume::new(
+            serde_json::from_value(volume).unwrap(),
+            &mut volume_interner,
+        ));
+    }
+    let spec = |c: &PersistentVolumeClaim| c.spec.clone().unwrap();
+    let (a, b) = (spec(&claims[0]), spec(&claims[1]));
+    assert!(Arc::ptr_eq(
+        a.access_modes.as_ref().unwrap(),
+        b.access_modes.as_ref().unwrap()
+    ));
+    assert!(Arc::ptr_eq(
+        a.storage_class_name.as_ref().unwrap(),
+        b.storage_class_name.as_ref().unwrap()
+    ));
+    let requests = |s: &ClaimSpec| s.resources.clone().unwrap().requests.unwrap();
+    assert!(Arc::ptr_eq(&requests(&a), &requests(&b)));
+    let csi = |v: &PersistentVolume| v.spec.clone().unwrap().csi.unwrap();
+    let (a, b) = (csi(&volumes[0]), csi(&volumes[1]));
+    assert!(Arc::ptr_eq(&a.driver, &b.driver));
+    assert!(Arc::ptr_eq(
+        a.volume_attributes.as_ref().unwrap(),
+        b.volume_attributes.as_ref().unwrap()
+    ));
+    // The claimRef's kind and namespace: csi_common::cached's `Reference` tests.
 }
