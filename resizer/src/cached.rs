@@ -6,9 +6,14 @@
 //! 9.7 KiB (docs/bench.md, csi-resizer bench). The cache keeps this projection, with the group,
 //! version, kind and plural of the real type (`csi_common::same_resource_as!`), and a lookup
 //! hands out a real `PersistentVolume` built from it ([`PersistentVolume::to_full`]), so the
-//! decisions, requests and patches read the same values as before.
+//! decisions, requests and patches read the same values as before. The watches read
+//! [`VolumeWire`] and [`ClaimWire`] (only the fields kept; serde skips the rest), and the
+//! caches hold a compact form made from them by [`volume_projection`] and [`claim_projection`]:
+//! the metadata as a `csi_common::cached::Meta` and the strings most objects share (namespace,
+//! driver, access modes, sizes, annotations, the claimRef's kind) as one copy from an
+//! `Interner` (docs/bench.md, "Shared strings and a compact metadata").
 //!
-//! Kept, and why: of `metadata` all but what [`trim_volume`] drops (the name for requests,
+//! Kept, and why: of `metadata` all but labels, owner references and `managedFields` (the name for requests,
 //! patches and events; annotations for the pre-resize capacity and the modify secret); of the
 //! spec `capacity` (the size to grow from), `claimRef` (bound to this claim?), of `csi` the
 //! driver, handle, fsType and expand Secret, and `accessModes`, `mountOptions` and `volumeMode`
@@ -20,267 +25,340 @@
 //! The claims are projections too ([`PersistentVolumeClaim`], rebuilt by
 //! [`PersistentVolumeClaim::to_full`]). The status transitions diff old and new claims to build
 //! the strategic-merge patches, so the projection keeps every field a transition writes or a
-//! decision reads: of `metadata` all but what [`trim_claim`] drops; of the spec the requests,
+//! decision reads: of `metadata` all but labels, owner references and `managedFields` (neither
+//! the update filters, the decisions nor the status patches read them); of the spec the requests,
 //! `volumeName`, `volumeAttributesClassName`, `accessModes`, `storageClassName` and
 //! `volumeMode`; the whole status. Not the selector, the data sources nor the limits, which
 //! nothing in the resizer reads or writes.
 
-use csi_common::cached::{required, sorted_pairs};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use csi_common::cached::{Meta, Reference, required};
+use csi_common::informer::Keyed;
+use csi_common::intern::{Interner, SharedList, SharedPairs, to_map, to_quantities, to_vec};
 use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, ModifyVolumeStatus, ObjectReference, PersistentVolumeClaimCondition,
-    SecretReference,
+    self as real, CSIPersistentVolumeSource, ModifyVolumeStatus, ObjectReference,
+    PersistentVolumeClaimCondition, SecretReference,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-/// The fields of a `v1` PersistentVolume the resizer reads.
+/// The fields of a `v1` PersistentVolume the resizer reads, as the watch reads them.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub(crate) struct PersistentVolume {
-    /// Trimmed by [`trim_volume`].
+pub(crate) struct VolumeWire {
+    /// All of it; the projection drops what the resizer never reads.
     #[serde(default, deserialize_with = "required")]
     pub(crate) metadata: ObjectMeta,
     /// The volume.
-    pub(crate) spec: Option<PersistentVolumeSpec>,
-    /// `metadata.annotations` once [`trim_volume`] has moved them here, sorted by key.
-    #[serde(skip)]
-    pub(crate) annotations: Option<Box<[(String, String)]>>,
+    spec: Option<VolumeSpecWire>,
+}
+
+/// What the resizer reads of a `PersistentVolumeSpec`, as read.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VolumeSpecWire {
+    access_modes: Option<Vec<String>>,
+    capacity: Option<BTreeMap<String, Quantity>>,
+    claim_ref: Option<ObjectReference>,
+    csi: Option<CSIPersistentVolumeSource>,
+    mount_options: Option<Vec<String>>,
+    volume_mode: Option<String>,
+}
+
+csi_common::same_resource_as!(VolumeWire, real::PersistentVolume);
+
+/// The fields of a `v1` PersistentVolumeClaim the resize and modify controllers read or write,
+/// as the watch reads them.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub(crate) struct ClaimWire {
+    /// All of it; the projection drops what the resizer never reads.
+    #[serde(default, deserialize_with = "required")]
+    pub(crate) metadata: ObjectMeta,
+    /// The claim's request.
+    spec: Option<ClaimSpecWire>,
+    /// All of it: the transitions write every field but the phase and compare all of them.
+    status: Option<real::PersistentVolumeClaimStatus>,
+}
+
+/// What the resizer reads of a `PersistentVolumeClaimSpec`, as read.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClaimSpecWire {
+    access_modes: Option<Vec<String>>,
+    resources: Option<ResourcesWire>,
+    storage_class_name: Option<String>,
+    volume_attributes_class_name: Option<String>,
+    volume_mode: Option<String>,
+    volume_name: Option<String>,
+}
+
+/// `spec.resources` without the limits (not read).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+struct ResourcesWire {
+    requests: Option<BTreeMap<String, Quantity>>,
+}
+
+csi_common::same_resource_as!(ClaimWire, real::PersistentVolumeClaim);
+
+/// A cached PersistentVolume: the fields of [`VolumeWire`], compact.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PersistentVolume {
+    meta: Meta,
+    spec: Option<VolumeSpec>,
 }
 
 /// What the resizer reads of a `PersistentVolumeSpec`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct PersistentVolumeSpec {
+#[derive(Debug, Clone, PartialEq)]
+struct VolumeSpec {
     /// The volume capability's access mode.
-    pub(crate) access_modes: Option<Vec<String>>,
-    /// The size the volume has (`storage`), as a list sorted by key (see
-    /// [`csi_common::cached::sorted_pairs`]).
-    #[serde(default, deserialize_with = "sorted_pairs")]
-    pub(crate) capacity: Quantities,
+    access_modes: Option<SharedList>,
+    /// The size the volume has (`storage`).
+    capacity: Option<SharedPairs>,
     /// The claim the volume is bound to.
-    pub(crate) claim_ref: Option<ObjectReference>,
+    claim_ref: Option<Box<Reference>>,
     /// The CSI volume; without it the PV is not the resizer's.
-    pub(crate) csi: Option<CsiSource>,
+    csi: Option<Box<CsiSource>>,
     /// The mount flags of the volume capability.
-    pub(crate) mount_options: Option<Vec<String>>,
+    mount_options: Option<SharedList>,
     /// `Block` or `Filesystem`.
-    pub(crate) volume_mode: Option<String>,
+    volume_mode: Option<Arc<str>>,
 }
 
 /// What the resizer reads of a `CSIPersistentVolumeSource`: not the volume attributes, the
 /// read-only flag nor the Secrets of the RPCs other sidecars and the kubelet call
 /// (ControllerExpandVolume and ControllerModifyVolume take none of them).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct CsiSource {
+#[derive(Debug, Clone, PartialEq)]
+struct CsiSource {
     /// Which resizer handles the volume.
-    #[serde(default, deserialize_with = "required")]
-    pub(crate) driver: String,
+    driver: Arc<str>,
     /// The CSI volume ID.
-    #[serde(default, deserialize_with = "required")]
-    pub(crate) volume_handle: String,
+    volume_handle: Box<str>,
     /// The filesystem type of a mount volume.
-    pub(crate) fs_type: Option<String>,
+    fs_type: Option<Arc<str>>,
     /// The Secret for ControllerExpandVolume (and ControllerModifyVolume without the
     /// annotations).
-    pub(crate) controller_expand_secret_ref: Option<SecretReference>,
+    controller_expand_secret_ref: Option<SecretReference>,
+}
+
+/// Makes the cached volumes; owns the volume cache's [`Interner`].
+pub(crate) fn volume_projection() -> impl FnMut(VolumeWire) -> PersistentVolume + Send {
+    let mut interner = Interner::default();
+    move |wire| PersistentVolume::new(wire, &mut interner)
 }
 
 impl PersistentVolume {
+    /// The compact form of `wire`.
+    fn new(wire: VolumeWire, interner: &mut Interner) -> Self {
+        Self {
+            meta: Meta::new(trim_meta(wire.metadata), interner),
+            spec: wire.spec.map(|spec| VolumeSpec {
+                access_modes: interner.opt_list(spec.access_modes),
+                capacity: interner.quantities(spec.capacity),
+                claim_ref: spec
+                    .claim_ref
+                    .map(|r| Box::new(Reference::new(r, interner))),
+                csi: spec.csi.map(|csi| {
+                    Box::new(CsiSource {
+                        driver: interner.str(&csi.driver),
+                        volume_handle: csi.volume_handle.into_boxed_str(),
+                        fs_type: interner.opt_str(csi.fs_type),
+                        controller_expand_secret_ref: csi.controller_expand_secret_ref,
+                    })
+                }),
+                mount_options: interner.opt_list(spec.mount_options),
+                volume_mode: interner.opt_str(spec.volume_mode),
+            }),
+        }
+    }
+
     /// The real PersistentVolume with the fields kept here, for the code that reads one (the
     /// decisions, the CSI requests, the patches); the fields not kept are unset, and none of
     /// that code reads them.
-    pub(crate) fn to_full(&self) -> k8s_openapi::api::core::v1::PersistentVolume {
-        let mut metadata = self.metadata.clone();
-        if let Some(annotations) = &self.annotations {
-            metadata.annotations = Some(annotations.iter().cloned().collect());
-        }
-        k8s_openapi::api::core::v1::PersistentVolume {
-            metadata,
-            spec: self
-                .spec
-                .as_ref()
-                .map(|spec| k8s_openapi::api::core::v1::PersistentVolumeSpec {
-                    access_modes: spec.access_modes.clone(),
-                    capacity: to_map(spec.capacity.as_deref()),
-                    claim_ref: spec.claim_ref.clone(),
-                    csi: spec.csi.as_ref().map(|csi| CSIPersistentVolumeSource {
-                        driver: csi.driver.clone(),
-                        volume_handle: csi.volume_handle.clone(),
-                        fs_type: csi.fs_type.clone(),
-                        controller_expand_secret_ref: csi.controller_expand_secret_ref.clone(),
-                        ..Default::default()
-                    }),
-                    mount_options: spec.mount_options.clone(),
-                    volume_mode: spec.volume_mode.clone(),
+    pub(crate) fn to_full(&self) -> real::PersistentVolume {
+        real::PersistentVolume {
+            metadata: self.meta.to_object_meta(),
+            spec: self.spec.as_ref().map(|spec| real::PersistentVolumeSpec {
+                access_modes: spec.access_modes.as_deref().map(to_vec),
+                capacity: spec.capacity.as_deref().map(to_quantities),
+                claim_ref: spec
+                    .claim_ref
+                    .as_deref()
+                    .map(Reference::to_object_reference),
+                csi: spec.csi.as_deref().map(|csi| CSIPersistentVolumeSource {
+                    driver: csi.driver.to_string(),
+                    volume_handle: csi.volume_handle.to_string(),
+                    fs_type: owned(csi.fs_type.as_deref()),
+                    controller_expand_secret_ref: csi.controller_expand_secret_ref.clone(),
                     ..Default::default()
                 }),
+                mount_options: spec.mount_options.as_deref().map(to_vec),
+                volume_mode: owned(spec.volume_mode.as_deref()),
+                ..Default::default()
+            }),
             status: None,
         }
     }
 }
 
-csi_common::same_resource_as!(
-    PersistentVolume,
-    k8s_openapi::api::core::v1::PersistentVolume
-);
-
-/// What the PersistentVolume cache drops: the metadata the resizer never reads (labels, owner
-/// references, `managedFields`). The annotations (pre-resize capacity, modify secret) move from
-/// their `BTreeMap`, which allocates room for eleven entries (544 bytes), to a list of the one or
-/// two a PV has.
-pub(crate) fn trim_volume(pv: &mut PersistentVolume) {
-    trim_meta(&mut pv.metadata);
-    if let Some(map) = pv.metadata.annotations.take() {
-        pv.annotations = Some(map.into_iter().collect());
+impl Keyed for PersistentVolume {
+    fn key(&self) -> (Option<&str>, &str) {
+        (self.meta.namespace(), self.meta.name().unwrap_or_default())
     }
 }
 
-/// What the PersistentVolumeClaim cache drops: labels, owner references and `managedFields`,
-/// which neither the update filters, the decisions nor the status patches read (they read the
-/// annotations, the resourceVersion, the uid and the spec and status fields). The annotations
-/// move to a sorted list, as a PV's do.
-pub(crate) fn trim_claim(pvc: &mut PersistentVolumeClaim) {
-    trim_meta(&mut pvc.metadata);
-    if let Some(map) = pvc.metadata.annotations.take() {
-        pvc.annotations = Some(map.into_iter().collect());
+/// What both caches drop of an object's metadata: labels, owner references and
+/// `managedFields` (dropped by `Meta`), which neither the update filters, the decisions nor
+/// the status patches read (they read the annotations, the resourceVersion, the uid and the
+/// spec and status fields).
+fn trim_meta(meta: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        labels: None,
+        owner_references: None,
+        ..meta
     }
 }
 
-/// Quantities by resource name, a list sorted by key ([`sorted_pairs`]).
-type Quantities = Option<Box<[(String, Quantity)]>>;
-
-fn to_map<V: Clone>(
-    pairs: Option<&[(String, V)]>,
-) -> Option<std::collections::BTreeMap<String, V>> {
-    pairs.map(|pairs| pairs.iter().cloned().collect())
-}
-
-/// The fields of a `v1` PersistentVolumeClaim the resize and modify controllers read or write.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// A cached PersistentVolumeClaim: the fields of [`ClaimWire`], compact.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PersistentVolumeClaim {
-    /// Trimmed by [`trim_claim`].
-    #[serde(default, deserialize_with = "required")]
-    pub(crate) metadata: ObjectMeta,
-    /// The claim's request.
-    pub(crate) spec: Option<ClaimSpec>,
-    /// All of it: the transitions write every field but the phase and compare all of them.
-    pub(crate) status: Option<ClaimStatus>,
-    /// `metadata.annotations` once [`trim_claim`] has moved them here, sorted by key.
-    #[serde(skip)]
-    pub(crate) annotations: Option<Box<[(String, String)]>>,
+    meta: Meta,
+    spec: Option<ClaimSpec>,
+    status: Option<ClaimStatus>,
 }
 
 /// What the resizer reads of a `PersistentVolumeClaimSpec`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ClaimSpec {
+#[derive(Debug, Clone, PartialEq)]
+struct ClaimSpec {
     /// Part of the claim the PV must match.
-    pub(crate) access_modes: Option<Vec<String>>,
-    /// The requested size.
-    pub(crate) resources: Option<ClaimResources>,
+    access_modes: Option<SharedList>,
+    /// `spec.resources`, and in it the requested `storage` (the limits are not read).
+    resources: Option<Requests>,
     /// The claim's class.
-    pub(crate) storage_class_name: Option<String>,
+    storage_class_name: Option<Arc<str>>,
     /// The class the modify controller applies.
-    pub(crate) volume_attributes_class_name: Option<String>,
+    volume_attributes_class_name: Option<Arc<str>>,
     /// `Block` or `Filesystem`.
-    pub(crate) volume_mode: Option<String>,
+    volume_mode: Option<Arc<str>>,
     /// The bound PV.
-    pub(crate) volume_name: Option<String>,
+    volume_name: Option<Box<str>>,
 }
 
-/// `spec.resources` without the limits (not read).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub(crate) struct ClaimResources {
-    /// The requested `storage`.
-    #[serde(default, deserialize_with = "sorted_pairs")]
-    pub(crate) requests: Quantities,
-}
+/// `spec.resources.requests`.
+#[derive(Debug, Clone, PartialEq)]
+struct Requests(Option<SharedPairs>);
 
-/// A `PersistentVolumeClaimStatus`, its maps as lists sorted by key.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ClaimStatus {
+/// A `PersistentVolumeClaimStatus`, its lists and maps shared.
+#[derive(Debug, Clone, PartialEq)]
+struct ClaimStatus {
     /// The bound volume's access modes.
-    pub(crate) access_modes: Option<Vec<String>>,
+    access_modes: Option<SharedList>,
     /// The resize status (`ControllerResizeInProgress`, ...).
-    #[serde(default, deserialize_with = "sorted_pairs")]
-    pub(crate) allocated_resource_statuses: Option<Box<[(String, String)]>>,
+    allocated_resource_statuses: Option<SharedPairs>,
     /// The size being expanded to.
-    #[serde(default, deserialize_with = "sorted_pairs")]
-    pub(crate) allocated_resources: Quantities,
+    allocated_resources: Option<SharedPairs>,
     /// The size the volume has.
-    #[serde(default, deserialize_with = "sorted_pairs")]
-    pub(crate) capacity: Quantities,
+    capacity: Option<SharedPairs>,
     /// `Resizing`, `FileSystemResizePending`, `ModifyingVolume`, ...
-    pub(crate) conditions: Option<Vec<PersistentVolumeClaimCondition>>,
+    conditions: Option<Box<[PersistentVolumeClaimCondition]>>,
     /// The class the volume has.
-    pub(crate) current_volume_attributes_class_name: Option<String>,
+    current_volume_attributes_class_name: Option<Arc<str>>,
     /// The modify controller's progress.
-    pub(crate) modify_volume_status: Option<ModifyVolumeStatus>,
+    modify_volume_status: Option<Box<ModifyVolumeStatus>>,
     /// `Bound`, ...
-    pub(crate) phase: Option<String>,
+    phase: Option<Arc<str>>,
+}
+
+/// Makes the cached claims; owns the claim cache's [`Interner`].
+pub(crate) fn claim_projection() -> impl FnMut(ClaimWire) -> PersistentVolumeClaim + Send {
+    let mut interner = Interner::default();
+    move |wire| PersistentVolumeClaim::new(wire, &mut interner)
 }
 
 impl PersistentVolumeClaim {
+    /// The compact form of `wire`.
+    fn new(wire: ClaimWire, interner: &mut Interner) -> Self {
+        Self {
+            meta: Meta::new(trim_meta(wire.metadata), interner),
+            spec: wire.spec.map(|spec| ClaimSpec {
+                access_modes: interner.opt_list(spec.access_modes),
+                resources: spec
+                    .resources
+                    .map(|r| Requests(interner.quantities(r.requests))),
+                storage_class_name: interner.opt_str(spec.storage_class_name),
+                volume_attributes_class_name: interner.opt_str(spec.volume_attributes_class_name),
+                volume_mode: interner.opt_str(spec.volume_mode),
+                volume_name: spec.volume_name.map(String::into_boxed_str),
+            }),
+            status: wire.status.map(|status| ClaimStatus {
+                access_modes: interner.opt_list(status.access_modes),
+                allocated_resource_statuses: interner.opt_map(status.allocated_resource_statuses),
+                allocated_resources: interner.quantities(status.allocated_resources),
+                capacity: interner.quantities(status.capacity),
+                conditions: status.conditions.map(Vec::into_boxed_slice),
+                current_volume_attributes_class_name: interner
+                    .opt_str(status.current_volume_attributes_class_name),
+                modify_volume_status: status.modify_volume_status.map(Box::new),
+                phase: interner.opt_str(status.phase),
+            }),
+        }
+    }
+
     /// The real claim with the fields kept here, for the decisions, transitions and patches;
     /// the fields not kept are unset on both sides of every diff, so no patch names them.
-    pub(crate) fn to_full(&self) -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
-        use k8s_openapi::api::core::v1 as real;
-        let mut metadata = self.metadata.clone();
-        if let Some(annotations) = &self.annotations {
-            metadata.annotations = Some(annotations.iter().cloned().collect());
-        }
+    pub(crate) fn to_full(&self) -> real::PersistentVolumeClaim {
         real::PersistentVolumeClaim {
-            metadata,
+            metadata: self.meta.to_object_meta(),
             spec: self
                 .spec
                 .as_ref()
                 .map(|spec| real::PersistentVolumeClaimSpec {
-                    access_modes: spec.access_modes.clone(),
-                    resources: spec
-                        .resources
-                        .as_ref()
-                        .map(|r| real::VolumeResourceRequirements {
-                            requests: to_map(r.requests.as_deref()),
+                    access_modes: spec.access_modes.as_deref().map(to_vec),
+                    resources: spec.resources.as_ref().map(|requests| {
+                        real::VolumeResourceRequirements {
+                            requests: requests.0.as_deref().map(to_quantities),
                             limits: None,
-                        }),
-                    storage_class_name: spec.storage_class_name.clone(),
-                    volume_attributes_class_name: spec.volume_attributes_class_name.clone(),
-                    volume_mode: spec.volume_mode.clone(),
-                    volume_name: spec.volume_name.clone(),
+                        }
+                    }),
+                    storage_class_name: owned(spec.storage_class_name.as_deref()),
+                    volume_attributes_class_name: owned(
+                        spec.volume_attributes_class_name.as_deref(),
+                    ),
+                    volume_mode: owned(spec.volume_mode.as_deref()),
+                    volume_name: owned(spec.volume_name.as_deref()),
                     ..Default::default()
                 }),
             status: self
                 .status
                 .as_ref()
                 .map(|status| real::PersistentVolumeClaimStatus {
-                    access_modes: status.access_modes.clone(),
-                    allocated_resource_statuses: to_map(
-                        status.allocated_resource_statuses.as_deref(),
+                    access_modes: status.access_modes.as_deref().map(to_vec),
+                    allocated_resource_statuses: status
+                        .allocated_resource_statuses
+                        .as_deref()
+                        .map(|s| to_map(s, str::to_owned)),
+                    allocated_resources: status.allocated_resources.as_deref().map(to_quantities),
+                    capacity: status.capacity.as_deref().map(to_quantities),
+                    conditions: status.conditions.as_deref().map(<[_]>::to_vec),
+                    current_volume_attributes_class_name: owned(
+                        status.current_volume_attributes_class_name.as_deref(),
                     ),
-                    allocated_resources: to_map(status.allocated_resources.as_deref()),
-                    capacity: to_map(status.capacity.as_deref()),
-                    conditions: status.conditions.clone(),
-                    current_volume_attributes_class_name: status
-                        .current_volume_attributes_class_name
-                        .clone(),
-                    modify_volume_status: status.modify_volume_status.clone(),
-                    phase: status.phase.clone(),
+                    modify_volume_status: status.modify_volume_status.as_deref().cloned(),
+                    phase: owned(status.phase.as_deref()),
                 }),
         }
     }
 }
 
-csi_common::same_resource_as!(
-    PersistentVolumeClaim,
-    k8s_openapi::api::core::v1::PersistentVolumeClaim
-);
+impl Keyed for PersistentVolumeClaim {
+    fn key(&self) -> (Option<&str>, &str) {
+        (self.meta.namespace(), self.meta.name().unwrap_or_default())
+    }
+}
 
-fn trim_meta(meta: &mut ObjectMeta) {
-    csi_common::informer::trim_managed_fields(meta);
-    meta.labels = None;
-    meta.owner_references = None;
+fn owned(value: Option<&str>) -> Option<String> {
+    value.map(str::to_owned)
 }
 
 #[cfg(test)]
@@ -342,6 +420,12 @@ mod tests {
     /// The real PV cut down to what the projection keeps.
     fn kept(mut real: RealPv) -> RealPv {
         real.status = None;
+        real.metadata = ObjectMeta {
+            managed_fields: None,
+            labels: None,
+            owner_references: None,
+            ..real.metadata
+        };
         real.spec = real
             .spec
             .map(|spec| k8s_openapi::api::core::v1::PersistentVolumeSpec {
@@ -362,10 +446,17 @@ mod tests {
         real
     }
 
+    fn cached_volume(json: Value) -> PersistentVolume {
+        volume_projection()(serde_json::from_value(json).unwrap())
+    }
+
+    fn cached_claim(json: Value) -> PersistentVolumeClaim {
+        claim_projection()(serde_json::from_value(json).unwrap())
+    }
+
     fn assert_reads_as_k8s_openapi(json: Value) {
         let real: RealPv = serde_json::from_value(json.clone()).unwrap();
-        let projection: PersistentVolume = serde_json::from_value(json).unwrap();
-        assert_eq!(projection.to_full(), kept(real));
+        assert_eq!(cached_volume(json).to_full(), kept(real));
     }
 
     #[test]
@@ -399,48 +490,20 @@ mod tests {
 
     #[test]
     fn the_caches_drop_only_what_the_resizer_never_reads() {
-        /// What both caches keep of `meta`.
-        fn kept_meta(meta: &ObjectMeta) -> ObjectMeta {
+        let real: RealPv = serde_json::from_value(volume_json()).unwrap();
+        let meta = cached_volume(volume_json()).to_full().metadata;
+        assert_eq!(
+            meta,
             ObjectMeta {
                 managed_fields: None,
                 labels: None,
                 owner_references: None,
-                ..meta.clone()
-            }
-        }
-        let mut pv: PersistentVolume = serde_json::from_value(volume_json()).unwrap();
-        let untrimmed = pv.to_full();
-        let want = PersistentVolume {
-            metadata: ObjectMeta {
-                annotations: None,
-                ..kept_meta(&pv.metadata)
+                ..real.metadata
             },
-            annotations: Some(Box::new([
-                (
-                    "pv.kubernetes.io/provisioned-by".into(),
-                    "hostpath.csi.k8s.io".into(),
-                ),
-                (
-                    "volume.alpha.kubernetes.io/pre-resize-capacity".into(),
-                    "1Gi".into(),
-                ),
-            ])),
-            ..pv.clone()
-        };
-        trim_volume(&mut pv);
-        assert_eq!(pv, want);
-        assert_eq!(
-            pv.to_full(),
-            RealPv {
-                metadata: ObjectMeta {
-                    annotations: untrimmed.metadata.annotations.clone(),
-                    ..kept_meta(&untrimmed.metadata)
-                },
-                ..untrimmed
-            },
-            "a trimmed PV reads as the untrimmed one but for labels, owner references and \
+            "a cached PV's metadata is the real one but for labels, owner references and \
              managedFields"
         );
+        assert_eq!(meta.annotations.as_ref().map(BTreeMap::len), Some(2));
 
         let json = json!({
             "metadata": {
@@ -454,15 +517,64 @@ mod tests {
             "status": {"capacity": {"storage": "1Gi"}}
         });
         let real: RealPvc = serde_json::from_value(json.clone()).unwrap();
-        let mut pvc: PersistentVolumeClaim = serde_json::from_value(json).unwrap();
-        trim_claim(&mut pvc);
+        let pvc = cached_claim(json);
+        assert_eq!(pvc.key(), (Some("ns"), "c"));
         assert_eq!(
             pvc.to_full(),
             RealPvc {
-                metadata: kept_meta(&real.metadata),
+                metadata: ObjectMeta {
+                    managed_fields: None,
+                    labels: None,
+                    owner_references: None,
+                    ..real.metadata.clone()
+                },
                 ..real
             }
         );
+    }
+
+    /// Claims and volumes of one driver, class and size share their strings: what the compact
+    /// form saves depends on it (docs/bench.md).
+    #[test]
+    fn objects_of_one_cache_share_their_common_strings() {
+        let mut project = volume_projection();
+        let volumes: Vec<PersistentVolume> = (0..2)
+            .map(|i| {
+                let mut v = volume_json();
+                v["metadata"]["name"] = json!(format!("pv-{i}"));
+                project(serde_json::from_value(v).unwrap())
+            })
+            .collect();
+        let spec = |v: &PersistentVolume| v.spec.clone().unwrap();
+        let (a, b) = (spec(&volumes[0]), spec(&volumes[1]));
+        assert!(Arc::ptr_eq(
+            a.capacity.as_ref().unwrap(),
+            b.capacity.as_ref().unwrap()
+        ));
+        assert!(Arc::ptr_eq(
+            &a.csi.as_ref().unwrap().driver,
+            &b.csi.as_ref().unwrap().driver
+        ));
+        let mut project = claim_projection();
+        let claims: Vec<PersistentVolumeClaim> = (0..2)
+            .map(|i| {
+                let c = json!({"metadata": {"name": format!("c-{i}"), "namespace": "ns"},
+                               "spec": {"accessModes": ["ReadWriteOnce"],
+                                        "resources": {"requests": {"storage": "1Gi"}}},
+                               "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}});
+                project(serde_json::from_value(c).unwrap())
+            })
+            .collect();
+        let status = |c: &PersistentVolumeClaim| c.status.clone().unwrap();
+        let (a, b) = (status(&claims[0]), status(&claims[1]));
+        assert!(Arc::ptr_eq(
+            a.capacity.as_ref().unwrap(),
+            b.capacity.as_ref().unwrap()
+        ));
+        assert!(Arc::ptr_eq(
+            a.phase.as_ref().unwrap(),
+            b.phase.as_ref().unwrap()
+        ));
     }
 
     type RealPvc = k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -513,8 +625,7 @@ mod tests {
         let mut seen_status = 0;
         for fixture in fixtures {
             let real: RealPvc = serde_json::from_str(fixture).unwrap();
-            let mut pvc: PersistentVolumeClaim = serde_json::from_str(fixture).unwrap();
-            trim_claim(&mut pvc);
+            let pvc = claim_projection()(serde_json::from_str(fixture).unwrap());
             let want = kept_claim(real);
             seen_status += usize::from(want.status.as_ref().is_some_and(|s| {
                 s.capacity.is_some() && s.phase.is_some() && s.access_modes.is_some()
@@ -544,32 +655,26 @@ mod tests {
                                               "status": "InProgress"}}
         });
         let real: RealPvc = serde_json::from_value(all.clone()).unwrap();
-        let mut pvc: PersistentVolumeClaim = serde_json::from_value(all).unwrap();
-        trim_claim(&mut pvc);
-        assert_eq!(pvc.to_full(), kept_claim(real));
+        assert_eq!(cached_claim(all).to_full(), kept_claim(real));
         for empty in [
             json!({}),
             json!({"metadata": null, "spec": null, "status": null}),
         ] {
             let real: RealPvc = serde_json::from_value(empty.clone()).unwrap();
-            let pvc: PersistentVolumeClaim = serde_json::from_value(empty).unwrap();
-            assert_eq!(pvc.to_full(), kept_claim(real));
+            assert_eq!(cached_claim(empty).to_full(), kept_claim(real));
         }
     }
 
     #[test]
     fn the_projection_is_the_resource_it_projects() {
         use kube::Resource;
+        assert_eq!(VolumeWire::url_path(&(), None), RealPv::url_path(&(), None));
+        assert_eq!(VolumeWire::api_version(&()), RealPv::api_version(&()));
+        assert_eq!(VolumeWire::kind(&()), RealPv::kind(&()));
         assert_eq!(
-            PersistentVolume::url_path(&(), None),
-            RealPv::url_path(&(), None)
-        );
-        assert_eq!(PersistentVolume::api_version(&()), RealPv::api_version(&()));
-        assert_eq!(PersistentVolume::kind(&()), RealPv::kind(&()));
-        assert_eq!(
-            PersistentVolumeClaim::url_path(&(), Some("ns")),
+            ClaimWire::url_path(&(), Some("ns")),
             RealPvc::url_path(&(), Some("ns"))
         );
-        assert_eq!(PersistentVolumeClaim::kind(&()), RealPvc::kind(&()));
+        assert_eq!(ClaimWire::kind(&()), RealPvc::kind(&()));
     }
 }

@@ -23,7 +23,7 @@ use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use self::pods::PodWatch;
@@ -89,7 +89,7 @@ impl std::fmt::Debug for Stores {
 impl Stores {
     fn claim(&self, key: &str) -> Option<Arc<PersistentVolumeClaim>> {
         let (namespace, name) = key.split_once('/')?;
-        let pvc = self.claims.get(&ObjectRef::new(name).within(namespace))?;
+        let pvc = self.claims.lookup(Some(namespace), name)?;
         Some(Arc::new(pvc.to_full()))
     }
 
@@ -103,13 +103,13 @@ impl Stores {
     }
 
     fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
-        let pv = self.volumes.get(&ObjectRef::new(name))?;
+        let pv = self.volumes.lookup(None, name)?;
         Some(Arc::new(pv.to_full()))
     }
 
     /// Whether PV `name` is cached, without building it.
     fn has_volume(&self, name: &str) -> bool {
-        self.volumes.get(&ObjectRef::new(name)).is_some()
+        self.volumes.lookup(None, name).is_some()
     }
 }
 
@@ -121,8 +121,11 @@ fn key(pvc: &PersistentVolumeClaim) -> String {
 /// Starts the informers; the caches fill in the returned tasks.
 pub(crate) fn stores(client: &Client) -> (Stores, Vec<InformerTask>, StoreHandlers) {
     let handlers = StoreHandlers::default();
-    let (claims, pvc_task) =
-        informer::informer(kube::Api::all(client.clone()), cached::trim_claim, {
+    let (claims, pvc_task) = informer::projected_informer(
+        kube::Api::<cached::ClaimWire>::all(client.clone()),
+        watcher::Config::default(),
+        cached::claim_projection(),
+        {
             let handlers = handlers.clone();
             move |change: Change<'_, cached::PersistentVolumeClaim>| match change {
                 Change::Applied { old, new } => handlers.claim(&Change::Applied {
@@ -131,12 +134,17 @@ pub(crate) fn stores(client: &Client) -> (Stores, Vec<InformerTask>, StoreHandle
                 }),
                 Change::Deleted(pvc) => handlers.claim(&Change::Deleted(&pvc.to_full())),
             }
-        });
-    let (volumes, pv_task) =
-        informer::informer(kube::Api::all(client.clone()), cached::trim_volume, {
+        },
+    );
+    let (volumes, pv_task) = informer::projected_informer(
+        kube::Api::<cached::VolumeWire>::all(client.clone()),
+        watcher::Config::default(),
+        cached::volume_projection(),
+        {
             let handlers = handlers.clone();
             move |change: Change<'_, cached::PersistentVolume>| handlers.volume(&change)
-        });
+        },
+    );
     (
         Stores { claims, volumes },
         vec![pvc_task, pv_task],
