@@ -26,7 +26,7 @@
 //! The helpers (`required`, `sorted_pairs`, `same_resource_as!`) are in `csi_common::cached`,
 //! shared with the resizer.
 
-use csi_common::cached::{self, required, sorted_pairs};
+use csi_common::cached::{self, meta_without_managed_fields, required, sorted_pairs};
 use k8s_openapi::api::core::v1::SecretReference;
 use k8s_openapi::api::storage::v1::VolumeAttachmentStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -36,8 +36,8 @@ use serde::de::IgnoredAny;
 /// The fields of a `storage.k8s.io/v1` VolumeAttachment the attacher reads.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub(crate) struct VolumeAttachment {
-    /// All of it but `managedFields`.
-    #[serde(default, deserialize_with = "required")]
+    /// All of it but `managedFields`, which is skipped unread.
+    #[serde(default, deserialize_with = "meta_without_managed_fields")]
     pub(crate) metadata: ObjectMeta,
     /// Immutable after create.
     #[serde(default, deserialize_with = "required")]
@@ -90,7 +90,7 @@ pub(crate) struct VolumeAttachmentSource {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub(crate) struct PersistentVolume {
     /// Trimmed by [`trim_volume`].
-    #[serde(default, deserialize_with = "required")]
+    #[serde(default, deserialize_with = "meta_without_managed_fields")]
     pub(crate) metadata: ObjectMeta,
     /// The volume.
     pub(crate) spec: Option<PersistentVolumeSpec>,
@@ -320,7 +320,14 @@ mod tests {
     fn assert_same_attachment(json: Value) {
         let real: RealVa = serde_json::from_value(json.clone()).unwrap();
         let projection: VolumeAttachment = serde_json::from_value(json).unwrap();
-        assert_eq!(projection.metadata, real.metadata);
+        // `managedFields` is skipped unread (csi_common::cached::meta_without_managed_fields).
+        assert_eq!(
+            projection.metadata,
+            ObjectMeta {
+                managed_fields: None,
+                ..real.metadata.clone()
+            }
+        );
         assert_eq!(projection.spec.attacher, real.spec.attacher);
         assert_eq!(projection.spec.node_name, real.spec.node_name);
         let (source, real_source) = (&projection.spec.source, &real.spec.source);
@@ -339,7 +346,14 @@ mod tests {
     fn assert_same_volume(json: Value) {
         let real: RealPv = serde_json::from_value(json.clone()).unwrap();
         let projection: PersistentVolume = serde_json::from_value(json).unwrap();
-        assert_eq!(projection.metadata, real.metadata);
+        // `managedFields` is skipped unread (csi_common::cached::meta_without_managed_fields).
+        assert_eq!(
+            projection.metadata,
+            ObjectMeta {
+                managed_fields: None,
+                ..real.metadata.clone()
+            }
+        );
         match (&projection.spec, &real.spec) {
             (Some(spec), Some(real_spec)) => assert_same_spec(spec, real_spec),
             (None, None) => {}

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
 
 mod meta;
@@ -33,6 +34,65 @@ where
     T: Deserialize<'de> + Default,
 {
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// `metadata` as k8s-openapi reads it (absent or `null` is the default `ObjectMeta`), without
+/// reading `managedFields`: the API server sends them on every object of every list and watch
+/// event (often half the object), and k8s-openapi would build a `serde_json::Value` tree of
+/// each entry only for a cache to drop it. Skipped here as any unknown field is, so the result is
+/// k8s-openapi's `ObjectMeta` with `managed_fields: None`.
+///
+/// # Errors
+///
+/// The deserializer's error when the value is neither `null` nor an object's metadata.
+pub fn meta_without_managed_fields<'de, D>(deserializer: D) -> Result<ObjectMeta, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let meta = Option::<MetaWire>::deserialize(deserializer)?;
+    Ok(meta.map(MetaWire::into_object_meta).unwrap_or_default())
+}
+
+/// Every field of `ObjectMeta` but `managedFields`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaWire {
+    annotations: Option<BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    labels: Option<BTreeMap<String, String>>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    self_link: Option<String>,
+    uid: Option<String>,
+}
+
+impl MetaWire {
+    fn into_object_meta(self) -> ObjectMeta {
+        ObjectMeta {
+            annotations: self.annotations,
+            creation_timestamp: self.creation_timestamp,
+            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
+            deletion_timestamp: self.deletion_timestamp,
+            finalizers: self.finalizers,
+            generate_name: self.generate_name,
+            generation: self.generation,
+            labels: self.labels,
+            managed_fields: None,
+            name: self.name,
+            namespace: self.namespace,
+            owner_references: self.owner_references,
+            resource_version: self.resource_version,
+            self_link: self.self_link,
+            uid: self.uid,
+        }
+    }
 }
 
 /// A map with string keys read as k8s-openapi reads it (`null` is absent), kept as a list
@@ -187,5 +247,51 @@ mod tests {
         let empty: Projection = serde_json::from_value(json!({"data": {}})).unwrap();
         assert_eq!(empty.data.as_deref(), Some(&[][..]));
         assert!(serde_json::from_value::<Projection>(json!({"data": {"a": 1}})).is_err());
+    }
+
+    #[test]
+    fn metadata_reads_as_k8s_openapi_reads_it_but_for_managed_fields() {
+        #[derive(Debug, Deserialize)]
+        struct Object {
+            #[serde(default, deserialize_with = "meta_without_managed_fields")]
+            metadata: ObjectMeta,
+        }
+        let full = json!({
+            "name": "data-0", "namespace": "ns", "uid": "9a4f6a3c-0d1e-4b7a-9c7e-3f1b2a5d6e7f",
+            "resourceVersion": "7", "generation": 2, "generateName": "data-",
+            "selfLink": "/api/v1/namespaces/ns/persistentvolumeclaims/data-0",
+            "creationTimestamp": "2026-11-21T15:35:48Z",
+            "deletionTimestamp": "2026-11-21T15:36:48Z", "deletionGracePeriodSeconds": 0,
+            "labels": {"app": "db"}, "annotations": {"a": "1", "b": ""},
+            "finalizers": ["kubernetes.io/pvc-protection"],
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+                                 "uid": "1", "controller": true}],
+            "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                               "apiVersion": "v1", "time": "2026-11-21T15:35:48Z",
+                               "fieldsType": "FieldsV1",
+                               "fieldsV1": {"f:metadata": {"f:annotations": {".": {}}}}}],
+            "somethingNew": {"x": 1}
+        });
+        for value in [
+            full,
+            json!({}),
+            json!(null),
+            json!({"name": null, "labels": null, "managedFields": null}),
+        ] {
+            let real: ObjectMeta = serde_json::from_value(value.clone()).unwrap_or_default();
+            let read: Object = serde_json::from_value(json!({"metadata": value})).unwrap();
+            assert_eq!(
+                read.metadata,
+                ObjectMeta {
+                    managed_fields: None,
+                    ..real
+                }
+            );
+        }
+        let absent: Object = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(absent.metadata, ObjectMeta::default());
+        for bad in [json!({"name": 5}), json!({"labels": ["a"]}), json!("meta")] {
+            assert!(serde_json::from_value::<Object>(json!({"metadata": bad})).is_err());
+        }
     }
 }

@@ -34,7 +34,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use csi_common::cached::{Meta, Reference, required};
+use csi_common::cached::{Meta, Reference, meta_without_managed_fields};
 use csi_common::informer::Keyed;
 use csi_common::intern::{Interner, SharedList, SharedPairs, to_map, to_quantities, to_vec};
 use k8s_openapi::api::core::v1::{
@@ -48,8 +48,8 @@ use serde::Deserialize;
 /// The fields of a `v1` PersistentVolume the resizer reads, as the watch reads them.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub(crate) struct VolumeWire {
-    /// All of it; the projection drops what the resizer never reads.
-    #[serde(default, deserialize_with = "required")]
+    /// All of it but `managedFields` (skipped unread); the projection drops what the resizer never reads.
+    #[serde(default, deserialize_with = "meta_without_managed_fields")]
     pub(crate) metadata: ObjectMeta,
     /// The volume.
     spec: Option<VolumeSpecWire>,
@@ -73,8 +73,8 @@ csi_common::same_resource_as!(VolumeWire, real::PersistentVolume);
 /// as the watch reads them.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub(crate) struct ClaimWire {
-    /// All of it; the projection drops what the resizer never reads.
-    #[serde(default, deserialize_with = "required")]
+    /// All of it but `managedFields` (skipped unread); the projection drops what the resizer never reads.
+    #[serde(default, deserialize_with = "meta_without_managed_fields")]
     pub(crate) metadata: ObjectMeta,
     /// The claim's request.
     spec: Option<ClaimSpecWire>,

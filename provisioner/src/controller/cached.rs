@@ -32,7 +32,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use csi_common::cached::{Meta, Reference, required};
+use csi_common::cached::{Meta, Reference, meta_without_managed_fields};
 use csi_common::informer::Keyed;
 use csi_common::intern::{Interner, SharedList, SharedPairs, to_map, to_quantities, to_vec};
 use k8s_openapi::api::core::v1::{
@@ -47,8 +47,8 @@ use serde::Deserialize;
 /// The fields of a `v1` PersistentVolumeClaim the provisioner reads, as the watch reads them.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub(crate) struct ClaimWire {
-    /// All of it; [`Meta`] drops `managedFields`.
-    #[serde(default, deserialize_with = "required")]
+    /// All of it but `managedFields`, which is skipped unread.
+    #[serde(default, deserialize_with = "meta_without_managed_fields")]
     pub(crate) metadata: ObjectMeta,
     /// The whole spec.
     spec: Option<ClaimSpecWire>,
@@ -82,8 +82,8 @@ csi_common::same_resource_as!(ClaimWire, real::PersistentVolumeClaim);
 /// The fields of a `v1` PersistentVolume the provisioner reads, as the watch reads them.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub(crate) struct VolumeWire {
-    /// All of it; [`Meta`] drops `managedFields`.
-    #[serde(default, deserialize_with = "required")]
+    /// All of it but `managedFields`, which is skipped unread.
+    #[serde(default, deserialize_with = "meta_without_managed_fields")]
     pub(crate) metadata: ObjectMeta,
     /// All but the in-tree sources.
     spec: Option<VolumeSpecWire>,
