@@ -78,7 +78,15 @@ async fn chaos(sidecar: &str, faults: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_provisioner_converges_without_leaks_under_driver_errors_garbage_and_deleted_claims() {
-    let table = chaos("provisioner", "driver-errors,mid-op,driver-garbage").await;
+    let table = chaos(
+        "provisioner",
+        "driver-errors,mid-op,driver-garbage,driver-empty-ids",
+    )
+    .await;
+    assert!(
+        table.contains("then the driver recovered") && table.contains("0 PVs during the outage"),
+        "{table}"
+    );
     assert!(table.contains("driver calls failed"), "{table}");
     assert!(table.contains("CreateVolume answers ("), "{table}");
     assert!(

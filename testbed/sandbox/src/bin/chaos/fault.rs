@@ -35,10 +35,13 @@ pub(crate) enum Fault {
     ClassDeleted,
     /// 20% of the burst method's answers are OK with nonsense in them (`garbage.rs`).
     DriverGarbage,
+    /// Every CreateVolume answer has an empty volume_id until each claim had two, then the
+    /// driver recovers (provisioner only; `empty_ids.rs`).
+    DriverEmptyIds,
 }
 
 /// Every fault, in the table's order.
-pub(crate) const ALL: [Fault; 11] = [
+pub(crate) const ALL: [Fault; 12] = [
     Fault::LeaderKill,
     Fault::LeaderStop,
     Fault::DriverErrors,
@@ -50,6 +53,7 @@ pub(crate) const ALL: [Fault; 11] = [
     Fault::MidOp,
     Fault::ClassDeleted,
     Fault::DriverGarbage,
+    Fault::DriverEmptyIds,
 ];
 
 /// The driver's controller calls the faults act on.
@@ -75,12 +79,14 @@ impl Fault {
             Fault::MidOp => "mid-op",
             Fault::ClassDeleted => "class-deleted",
             Fault::DriverGarbage => "driver-garbage",
+            Fault::DriverEmptyIds => "driver-empty-ids",
         }
     }
 
     /// Whether the fault means anything for this sidecar.
     pub(crate) fn applies_to(self, sidecar: Sidecar) -> bool {
-        self != Fault::ClassDeleted || sidecar == Sidecar::Provisioner
+        !matches!(self, Fault::ClassDeleted | Fault::DriverEmptyIds)
+            || sidecar == Sidecar::Provisioner
     }
 
     /// Whether two replicas run (leader election faults).
@@ -114,6 +120,7 @@ impl Fault {
                 faults.extend(crate::garbage::teardown_faults(method, seed));
                 faults
             }
+            Fault::DriverEmptyIds => crate::empty_ids::driver_faults(),
             Fault::DriverHang => {
                 vec![DriverFault::delay(method, CSI_TIMEOUT * 2).on(When::FirstN(10))]
             }
@@ -180,6 +187,9 @@ impl Fault {
             }
             (Fault::DriverGarbage, Resizer) => {
                 "the returned capacity_bytes written to the PV as the new size (sidecars §2, PV spec.capacity)"
+            }
+            (Fault::DriverEmptyIds, _) => {
+                "a PV with an empty volumeHandle, which kube-apiserver refuses (required): its save retried forever (docs/compatibility.md)"
             }
             (Fault::ClassDeleted, _) => {
                 "deletion secrets unavailable once the class is deleted (#330, fixed by PV annotations, PR #713)"

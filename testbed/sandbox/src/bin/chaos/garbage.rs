@@ -8,10 +8,9 @@
 //! armed through the burst and again for the verdict's deletions.
 //!
 //! Every kind armed here is one a correct sidecar recovers from on a later, good answer (a
-//! Warning, a DeleteVolume of the unusable volume, a retry). Two are not armed: CreateVolume
-//! with an empty `volume_id` on *every* call (the volume can never be named, so never bound
-//! nor deleted: the claim keeps its Warning and the driver keeps the volume, by construction)
-//! and an expanded size *above* the request (CSI allows it, so it is no garbage: the sidecar
+//! Warning, a DeleteVolume of the unusable volume, a retry). CreateVolume with an empty
+//! `volume_id` on *every* call for a while is the `driver-empty-ids` row (`empty_ids.rs`).
+//! Not armed: an expanded size *above* the request (CSI allows it, so it is no garbage: the sidecar
 //! records the larger size, which the row's "at the requested size" check would call a
 //! failure of the suite, not of the sidecar).
 

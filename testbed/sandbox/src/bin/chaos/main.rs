@@ -11,6 +11,7 @@
 //! Exit code 0 when every row passed, 1 when one failed, 2 when the suite could not be set up.
 
 mod churn;
+mod empty_ids;
 mod fault;
 mod garbage;
 mod node;

@@ -17,9 +17,9 @@ use tokio::time::Instant;
 
 use crate::Sidecar;
 use crate::fault::Fault;
-use crate::garbage;
 use crate::rig::{LeaderTimings, NAMESPACE, Rig};
 use crate::workload::{Tally, Workload};
+use crate::{empty_ids, garbage};
 
 /// How often progress is read.
 const POLL: Duration = Duration::from_millis(100);
@@ -105,6 +105,33 @@ pub(crate) async fn run(sidecar: Sidecar, fault: Fault, setup: &Setup<'_>) -> an
     Ok(row)
 }
 
+/// The fault's part of the run: most faults strike once a quarter of the burst is done;
+/// `driver-empty-ids` lets nothing finish while it lasts, and ends once every claim was
+/// answered so twice.
+async fn fault_phase(
+    rig: &mut Rig,
+    work: &mut Workload,
+    fault: Fault,
+    deadline: Instant,
+    notes: &mut Vec<String>,
+    problems: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    if fault == Fault::DriverEmptyIds {
+        let claims = work.observe(rig).total;
+        return empty_ids::outage(rig, claims, deadline, notes, problems).await;
+    }
+    let quarter = wait_for(rig, work, deadline, |t| t.done * 4 >= t.total).await?;
+    if quarter.complete()
+        && !matches!(
+            fault,
+            Fault::Conflicts | Fault::DriverErrors | Fault::DriverGarbage
+        )
+    {
+        notes.push("the burst was over before the fault struck".to_owned());
+    }
+    strike(rig, work, fault, notes, problems).await
+}
+
 async fn drive(
     rig: &mut Rig,
     sidecar: Sidecar,
@@ -134,16 +161,7 @@ async fn drive(
     work.launch(rig).await?;
     let mut notes = Vec::new();
     let mut problems = Vec::new();
-    let quarter = wait_for(rig, &mut work, deadline, |t| t.done * 4 >= t.total).await?;
-    if quarter.complete()
-        && !matches!(
-            fault,
-            Fault::Conflicts | Fault::DriverErrors | Fault::DriverGarbage
-        )
-    {
-        notes.push("the burst was over before the fault struck".to_owned());
-    }
-    strike(rig, &mut work, fault, &mut notes, &mut problems).await?;
+    fault_phase(rig, &mut work, fault, deadline, &mut notes, &mut problems).await?;
     let tally = wait_for(rig, &mut work, deadline, Tally::complete).await?;
     let converged_in = tally.complete().then(|| started.elapsed());
     if let Some(writer) = writer {
@@ -322,7 +340,11 @@ async fn strike(
             Workload::Provisioner(w) => notes.push(w.delete_class(rig).await?),
             _ => bail!("class-deleted applies to the provisioner only"),
         },
-        Fault::DriverErrors | Fault::DriverHang | Fault::DriverGarbage | Fault::Conflicts => {}
+        Fault::DriverErrors
+        | Fault::DriverHang
+        | Fault::DriverGarbage
+        | Fault::DriverEmptyIds
+        | Fault::Conflicts => {}
     }
     Ok(())
 }
