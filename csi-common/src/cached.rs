@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer};
 
 mod meta;
 
-pub use self::meta::{Meta, Reference, Token};
+pub use self::meta::{Meta, Reference};
 
 /// k8s-openapi's reading of a required field: absent (with `#[serde(default)]`) or `null` is
 /// the default value.

@@ -92,16 +92,10 @@ impl Interner {
         map.map(|m| self.pairs(m.iter().map(|(k, q)| (k.as_str(), q.0.as_str()))))
     }
 
-    /// How many values the tables hold (strings, lists, maps), for tests and debugging.
-    #[must_use]
-    pub fn len(&self) -> usize {
+    /// How many values the tables hold (strings, lists, maps).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.strs.set.len() + self.lists.set.len() + self.pairs.set.len()
-    }
-
-    /// Whether the tables are empty.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -129,7 +129,7 @@ impl Meta {
 }
 
 /// An `ObjectReference` (a PV's `claimRef`), compact: its API version, kind and namespace
-/// shared, its uid and resourceVersion as [`Token`]s.
+/// shared, its uid and resourceVersion kept in place when they have the usual forms.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reference {
     api_version: Option<Arc<str>>,
@@ -175,7 +175,7 @@ impl Reference {
 /// canonical lowercase text; a decimal number, as etcd's revisions are), else its text. Either
 /// way [`Token::to_text`] gives back exactly the text it was made from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Token(Repr);
+pub(crate) struct Token(Repr);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Repr {
@@ -187,7 +187,7 @@ enum Repr {
 impl Token {
     /// The token for `text`.
     #[must_use]
-    pub fn new(text: String) -> Self {
+    pub(crate) fn new(text: String) -> Self {
         Self(if let Some(bytes) = parse_uuid(&text) {
             Repr::Uuid(bytes)
         } else if let Some(number) = parse_decimal(&text) {
@@ -199,7 +199,7 @@ impl Token {
 
     /// The text the token was made from.
     #[must_use]
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         match &self.0 {
             Repr::Uuid(bytes) => format_uuid(bytes),
             Repr::Decimal(number) => number.to_string(),
