@@ -6,7 +6,10 @@
 //! - csi-provisioner: claims of an Immediate class (reclaim policy Delete) created, provisioned
 //!   and bound (by the controller-manager stand-in); then as many clones of them (`dataSource`
 //!   the first claims, so the sidecar also puts and removes its cloning-protection finalizer
-//!   on the sources); all deleted; the sidecar deletes the volumes and the PVs. With
+//!   on the sources); then a VolumeSnapshot of each first claim and a claim restored from it
+//!   (the sidecar puts its source-protection finalizer on the snapshot and takes it off again,
+//!   `snapshots.rs`); all deleted; the sidecar deletes the volumes and the PVs, and the
+//!   snapshots go once no finalizer of the sidecar holds them. With
 //!   `--churn-capacity` it also tracks storage capacity, and every batch replaces the
 //!   WaitForFirstConsumer class the CSIStorageCapacity objects are for.
 //! - csi-attacher: VolumeAttachments of stored PVs created, attached, deleted; the sidecar
@@ -32,6 +35,7 @@ use testbed_mock_csi::{ControllerRpc, DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID, Mock
 use testbed_sandbox::fixtures::Binding;
 use tokio::time::Instant;
 
+use super::snapshots;
 use crate::Sidecar;
 use crate::rig::{NAMESPACE, Rig};
 use crate::workload::at_once;
@@ -100,12 +104,14 @@ impl Lifecycles {
                 }))?;
                 rig.server.put_object(&gold)?;
             }
-            // Clones need CLONE_VOLUME (upstream checks it before provisioning one).
-            // GetCapacity answers like csi-driver-host-path's `--capacity fast=10Gi`.
+            // Clones need CLONE_VOLUME and restores CREATE_DELETE_SNAPSHOT (upstream checks
+            // them before provisioning one). GetCapacity answers like csi-driver-host-path's
+            // `--capacity fast=10Gi`.
             Sidecar::Provisioner => rig.driver.update_config(|config| {
-                config
-                    .controller_capabilities
-                    .push(ControllerRpc::CloneVolume);
+                config.controller_capabilities.extend([
+                    ControllerRpc::CloneVolume,
+                    ControllerRpc::CreateDeleteSnapshot,
+                ]);
                 if capacity {
                     config
                         .capacity_by_kind
@@ -126,12 +132,17 @@ impl Lifecycles {
     pub(crate) async fn run(&mut self, rig: &Rig, until: Instant) -> anyhow::Result<()> {
         while Instant::now() < until {
             self.round += 1;
-            match self.sidecar {
+            self.completed += match self.sidecar {
                 Sidecar::Provisioner => self.provision(rig).await?,
-                Sidecar::Attacher => self.attach(rig).await?,
-                Sidecar::Resizer => self.expand(rig).await?,
-            }
-            self.completed += self.batch;
+                Sidecar::Attacher => {
+                    self.attach(rig).await?;
+                    self.batch
+                }
+                Sidecar::Resizer => {
+                    self.expand(rig).await?;
+                    self.batch
+                }
+            };
             // The driver's call record would grow in this process for nothing.
             rig.driver.clear_calls();
         }
@@ -142,7 +153,8 @@ impl Lifecycles {
         format!("churn-{kind}-{}-{i}", self.round)
     }
 
-    async fn provision(&self, rig: &Rig) -> anyhow::Result<()> {
+    /// One batch of claims: sources, clones and restores; returns how many claims it made.
+    async fn provision(&self, rig: &Rig) -> anyhow::Result<usize> {
         if self.capacity {
             self.replace_late_binding_class(rig).await?;
         }
@@ -189,7 +201,9 @@ impl Lifecycles {
             })
             .await?;
         }
-        at_once(self.batch, |i| {
+        let snapshot_ids = self.restore(rig, &claims, sources).await?;
+        let made = self.batch + sources;
+        at_once(made, |i| {
             let (claims, name) = (claims.clone(), self.name("claim", i));
             async move {
                 claims.delete(&name, &DeleteParams::default()).await?;
@@ -208,7 +222,80 @@ impl Lifecycles {
                     .list_objects::<PersistentVolume>(None)?
                     .is_empty())
         })
+        .await?;
+        at_once(sources, |i| {
+            let (name, id) = (self.name("snap", i), snapshot_ids[i].clone());
+            async move { snapshots::remove(rig, &name, &id).await }
+        })
         .await
+        .context("cannot remove a snapshot")?;
+        self.wait(rig, "every VolumeSnapshot gone", |rig| {
+            Ok(snapshots::left(rig)? == 0)
+        })
+        .await?;
+        Ok(made)
+    }
+
+    /// A VolumeSnapshot of each of the `sources` first claims and a claim restored from it
+    /// (numbered after the batch's); waits until every claim of the batch is bound. Returns the
+    /// driver's snapshot ids.
+    async fn restore(
+        &self,
+        rig: &Rig,
+        claims: &Api<PersistentVolumeClaim>,
+        sources: usize,
+    ) -> anyhow::Result<Vec<String>> {
+        let handles: std::collections::HashMap<String, String> = rig
+            .server
+            .list_objects::<PersistentVolume>(None)?
+            .into_iter()
+            .filter_map(|pv| {
+                let spec = pv.spec?;
+                Some((spec.claim_ref?.name?, spec.csi?.volume_handle))
+            })
+            .collect();
+        let mut ids = Vec::with_capacity(sources);
+        for i in 0..sources {
+            let claim = self.name("claim", i);
+            let handle = handles
+                .get(&claim)
+                .with_context(|| format!("no PV for {claim}"))?;
+            ids.push(snapshots::publish(rig, &self.name("snap", i), handle).await?);
+        }
+        at_once(sources, |k| {
+            let (claims, name) = (claims.clone(), self.name("claim", self.batch + k));
+            let source = json!({"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
+                                "name": self.name("snap", k)});
+            async move {
+                // dataSourceRef as kube-apiserver's defaulting copies it from dataSource.
+                let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": NAMESPACE},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}},
+                        "storageClassName": CLASS,
+                        "dataSource": source,
+                        "dataSourceRef": source,
+                    },
+                }))?;
+                claims.create(&PostParams::default(), &claim).await?;
+                Ok(())
+            }
+        })
+        .await
+        .context("cannot create a restored claim")?;
+        let count = self.batch + sources;
+        self.wait(rig, "every restored claim bound to a PV", |rig| {
+            Ok(rig
+                .server
+                .list_objects::<PersistentVolume>(None)?
+                .iter()
+                .filter(|pv| pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+                .count()
+                == count)
+        })
+        .await?;
+        Ok(ids)
     }
 
     /// Stores this batch's WaitForFirstConsumer class and removes the previous one; waits

@@ -10,6 +10,7 @@
 
 mod lifecycle;
 mod sample;
+mod snapshots;
 mod table;
 mod verdict;
 
