@@ -99,6 +99,13 @@ impl Interner {
     }
 }
 
+/// A projection for `informer::projected_informer`: `make` with an [`Interner`] of its own,
+/// which the informer task that fills the cache owns.
+pub fn with_interner<W, C>(make: fn(W, &mut Interner) -> C) -> impl FnMut(W) -> C + Send {
+    let mut interner = Interner::default();
+    move |wire| make(wire, &mut interner)
+}
+
 /// The map `pairs` holds, its values made by `value` (a `String`, a `Quantity`, ...).
 pub fn to_map<V>(pairs: &[(Arc<str>, Arc<str>)], value: impl Fn(&str) -> V) -> BTreeMap<String, V> {
     pairs

@@ -36,7 +36,9 @@ use std::sync::Arc;
 
 use csi_common::cached::{Meta, Reference, meta_without_managed_fields};
 use csi_common::informer::Keyed;
-use csi_common::intern::{Interner, SharedList, SharedPairs, to_map, to_quantities, to_vec};
+use csi_common::intern::{
+    Interner, SharedList, SharedPairs, to_map, to_quantities, to_vec, with_interner,
+};
 use k8s_openapi::api::core::v1::{
     self as real, CSIPersistentVolumeSource, ModifyVolumeStatus, ObjectReference,
     PersistentVolumeClaimCondition, SecretReference,
@@ -144,8 +146,7 @@ struct CsiSource {
 
 /// Makes the cached volumes; owns the volume cache's [`Interner`].
 pub(crate) fn volume_projection() -> impl FnMut(VolumeWire) -> PersistentVolume + Send {
-    let mut interner = Interner::default();
-    move |wire| PersistentVolume::new(wire, &mut interner)
+    with_interner(PersistentVolume::new)
 }
 
 impl PersistentVolume {
@@ -204,7 +205,7 @@ impl PersistentVolume {
 
 impl Keyed for PersistentVolume {
     fn key(&self) -> (Option<&str>, &str) {
-        (self.meta.namespace(), self.meta.name().unwrap_or_default())
+        self.meta.key()
     }
 }
 
@@ -272,8 +273,7 @@ struct ClaimStatus {
 
 /// Makes the cached claims; owns the claim cache's [`Interner`].
 pub(crate) fn claim_projection() -> impl FnMut(ClaimWire) -> PersistentVolumeClaim + Send {
-    let mut interner = Interner::default();
-    move |wire| PersistentVolumeClaim::new(wire, &mut interner)
+    with_interner(PersistentVolumeClaim::new)
 }
 
 impl PersistentVolumeClaim {
@@ -353,7 +353,7 @@ impl PersistentVolumeClaim {
 
 impl Keyed for PersistentVolumeClaim {
     fn key(&self) -> (Option<&str>, &str) {
-        (self.meta.namespace(), self.meta.name().unwrap_or_default())
+        self.meta.key()
     }
 }
 

@@ -126,6 +126,13 @@ impl Meta {
     pub fn namespace(&self) -> Option<&str> {
         self.namespace.as_deref()
     }
+
+    /// The namespace and name a store finds the object by (`informer::Keyed::key`; an object
+    /// without a name is cached under the empty name, as for a whole object).
+    #[must_use]
+    pub fn key(&self) -> (Option<&str>, &str) {
+        (self.namespace(), self.name().unwrap_or_default())
+    }
 }
 
 /// An `ObjectReference` (a PV's `claimRef`), compact: its API version, kind and namespace
