@@ -64,6 +64,13 @@ struct Args {
     /// claims").
     #[arg(long, default_value_t = 200)]
     claims: usize,
+    /// Provisioner: create the claims already carrying the storage-provisioner annotations
+    /// the controller-manager adds, so csi-provisioner can act on each at once instead of
+    /// after the controller-manager stand-in's claim worker reached it. That worker is single,
+    /// as kube-controller-manager's `claimWorker`, and also binds every new PV; this shows its
+    /// share of a burst (docs/bench.md, "What limits the burst at QPS 1000").
+    #[arg(long)]
+    claims_annotated: bool,
     /// Attacher: number of VolumeAttachments created at once, then deleted at once.
     #[arg(long, default_value_t = 200)]
     attachments: usize,

@@ -23,6 +23,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::json;
 use testbed_cluster::apiserver::ApiServer;
+use testbed_cluster::kcm::objects::{ANN_BETA_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER};
 use testbed_cluster::kcm::{self, ControllerManager};
 use testbed_mock_csi::{DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID};
 use testbed_support::process::{self, ChildProcess};
@@ -83,6 +84,7 @@ pub(crate) struct Measured {
 pub(crate) struct Report {
     args: Vec<String>,
     claims: usize,
+    claims_annotated: bool,
     cached: usize,
     provisioner_command: String,
     provisioner_log: PathBuf,
@@ -109,8 +111,14 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "- claims: {}\n- bound claim+PV pairs stored before the start: {}\n",
-            self.claims, self.cached
+            "- claims: {}{}\n- bound claim+PV pairs stored before the start: {}\n",
+            self.claims,
+            if self.claims_annotated {
+                ", created with the storage-provisioner annotations (`--claims-annotated`)"
+            } else {
+                ""
+            },
+            self.cached
         );
         let _ = writeln!(s, "| measurement | value |");
         let _ = writeln!(s, "|---|---|");
@@ -292,6 +300,7 @@ async fn burst(
     provisioner: &ChildProcess,
     pid: u32,
     claims: usize,
+    annotated: bool,
     timeout: Duration,
     m: &mut Measured,
 ) -> anyhow::Result<()> {
@@ -315,8 +324,15 @@ async fn burst(
             let api = api.clone();
             async move {
                 let name = claim_name(i);
+                let mut metadata = json!({"name": name, "namespace": NAMESPACE});
+                if annotated {
+                    metadata["annotations"] = json!({
+                        ANN_STORAGE_PROVISIONER: DEFAULT_DRIVER_NAME,
+                        ANN_BETA_STORAGE_PROVISIONER: DEFAULT_DRIVER_NAME,
+                    });
+                }
                 let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-                    "metadata": {"name": name, "namespace": NAMESPACE},
+                    "metadata": metadata,
                     "spec": {
                         "accessModes": ["ReadWriteOnce"],
                         "resources": {"requests": {"storage": "1Gi"}},
@@ -467,7 +483,16 @@ async fn measure(
     tokio::time::sleep(settle).await;
     m.rss_idle_kib = Some(rss_kib(pid)?);
     let before = server.requests().snapshot_of(PROVISIONER);
-    let burst_result = burst(client, provisioner, pid, args.claims, timeout, m).await;
+    let burst_result = burst(
+        client,
+        provisioner,
+        pid,
+        args.claims,
+        args.claims_annotated,
+        timeout,
+        m,
+    )
+    .await;
     if let Err(e) = &burst_result {
         m.failures.push(format!("{e:#}"));
     } else {
@@ -585,6 +610,7 @@ pub(crate) async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<Report
     Ok(Report {
         args: argv,
         claims: args.claims,
+        claims_annotated: args.claims_annotated,
         cached: args.cached,
         provisioner_command: command,
         provisioner_log: log,
