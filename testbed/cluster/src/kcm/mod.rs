@@ -24,6 +24,15 @@
 //! never marks a claim Lost; and it does not write its own updates into its cache (upstream's
 //! `storeVolumeUpdate`), so it meets a few more bind conflicts (409, then a retry) than
 //! upstream would. Both change when a bind lands, never what it binds.
+//!
+//! Queues as upstream's: kube-runtime's `Controller`s only turn watch events, mapped
+//! triggers and the 15 s resync into keys; one worker per controller takes the keys from a
+//! client-go style work queue ([`csi_common::workqueue`]: a key queued at most once, a key
+//! added while it is being synced is synced once more afterwards), as pv_controller's single
+//! `claimWorker` and `volumeWorker` do. Holding a lock inside the reconcilers instead left
+//! every waiting reconcile in kube-runtime's scheduler, which scans all of them on each poll:
+//! at 5,000 claims that scan was a quarter of the test bed's CPU (docs/bench.md, "What limits
+//! the burst at QPS 1000").
 
 pub mod attach_detach;
 mod binder;
@@ -44,11 +53,12 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt as _};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use csi_common::events::EventRecorder;
+use csi_common::workqueue::WorkQueue;
+use csi_common::workqueue::metrics::QueueMetrics;
 
 /// The Event source component of the PV binder and its protection helpers.
 pub const COMPONENT: &str = "persistentvolume-controller";
@@ -130,21 +140,19 @@ pub(crate) struct Context {
     /// The volume informer's cache (upstream's `ctrl.volumes`), what claim syncs match
     /// against.
     volumes: Store<PersistentVolume>,
-    /// Claims a volume sync wants synced next (upstream's `ctrl.claimQueue.Add` in
-    /// `syncVolume`): that claim sync then finds the volume in `volumes`, which a sync started
-    /// by the claim controller's own watch of volumes may not yet.
-    claim_queue: mpsc::UnboundedSender<ObjectRef<PersistentVolumeClaim>>,
-    /// Held during a claim sync: one at a time, as upstream's single claim worker.
-    claim_worker: tokio::sync::Mutex<()>,
-    /// Held during a volume sync: one at a time, as upstream's single volume worker.
-    volume_worker: tokio::sync::Mutex<()>,
+    /// Claims to sync, taken by the single claim worker (upstream's `claimQueue`).
+    claim_queue: Arc<WorkQueue<ObjectRef<PersistentVolumeClaim>>>,
+    /// Volumes to sync, taken by the single volume worker (upstream's `volumeQueue`).
+    volume_queue: Arc<WorkQueue<ObjectRef<PersistentVolume>>>,
 }
 
 impl Context {
-    /// Has the claim controller sync `claim` (its current state) next.
+    /// Has the claim worker sync `claim` (its current state) next, as upstream's
+    /// `ctrl.claimQueue.Add` in `syncVolume`: that claim sync then finds the volume in
+    /// `volumes`, which a sync started by the claim controller's own watch of volumes may not
+    /// yet.
     pub(crate) fn sync_claim_next(&self, claim: &PersistentVolumeClaim) {
-        // The controller is gone only while shutting down; nothing to sync then.
-        let _ = self.claim_queue.send(ObjectRef::from_obj(claim));
+        self.claim_queue.add(ObjectRef::from_obj(claim));
     }
 }
 
@@ -156,49 +164,121 @@ impl std::fmt::Debug for Context {
     }
 }
 
-async fn reconcile_claim(obj: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Result<Action> {
-    let _worker = ctx.claim_worker.lock().await;
-    let api: Api<PersistentVolumeClaim> =
-        Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
-    // The watch cache may lag behind our own writes; sync the current object.
-    let Some(claim) = api.get_opt(&obj.name_any()).await.map_err(Error::Api)? else {
-        return Ok(Action::await_change());
+/// The claim controller's reconciler: queues the claim for the claim worker, which queues it
+/// again one resync period after each sync.
+// The signature is the one `Controller::run` requires.
+#[allow(clippy::unused_async)]
+async fn queue_claim(obj: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.claim_queue.add(ObjectRef::from_obj(&*obj));
+    Ok(Action::await_change())
+}
+
+/// The volume controller's reconciler, as [`queue_claim`].
+#[allow(clippy::unused_async)]
+async fn queue_volume(obj: Arc<PersistentVolume>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.volume_queue.add(ObjectRef::from_obj(&*obj));
+    Ok(Action::await_change())
+}
+
+// Queuing never fails; `Controller::run` requires an error policy all the same.
+#[allow(clippy::needless_pass_by_value)]
+fn error_policy<K>(_obj: Arc<K>, _error: &Error, ctx: Arc<Context>) -> Action {
+    Action::requeue(ctx.config.retry_interval)
+}
+
+/// `syncClaim` of the current state of the claim `key` (the watch cache may lag behind our
+/// own writes, so it is read from the API server). Returns whether the claim exists.
+async fn sync_claim(ctx: &Context, key: &ObjectRef<PersistentVolumeClaim>) -> Result<bool> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(
+        ctx.client.clone(),
+        key.namespace.as_deref().unwrap_or_default(),
+    );
+    let Some(claim) = api.get_opt(&key.name).await.map_err(Error::Api)? else {
+        return Ok(false);
     };
     let synced = claim.clone();
-    if !protection::sync_claim(&ctx, &claim).await? {
-        Box::pin(binder::sync_claim(&ctx, claim)).await?;
+    if !protection::sync_claim(ctx, &claim).await? {
+        Box::pin(binder::sync_claim(ctx, claim)).await?;
     }
     ctx.claim_syncs.record(&synced);
-    Ok(Action::requeue(ctx.config.resync_period))
+    Ok(true)
 }
 
-async fn reconcile_volume(obj: Arc<PersistentVolume>, ctx: Arc<Context>) -> Result<Action> {
-    let _worker = ctx.volume_worker.lock().await;
+/// `syncVolume` of the current state of the volume `key`. Returns whether the volume exists.
+async fn sync_volume(ctx: &Context, key: &ObjectRef<PersistentVolume>) -> Result<bool> {
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    let Some(volume) = api.get_opt(&obj.name_any()).await.map_err(Error::Api)? else {
-        return Ok(Action::await_change());
+    let Some(volume) = api.get_opt(&key.name).await.map_err(Error::Api)? else {
+        return Ok(false);
     };
-    if !protection::sync_volume(&ctx, &volume).await? {
-        Box::pin(binder::sync_volume(&ctx, volume)).await?;
+    if !protection::sync_volume(ctx, &volume).await? {
+        Box::pin(binder::sync_volume(ctx, volume)).await?;
     }
-    Ok(Action::requeue(ctx.config.resync_period))
+    Ok(true)
 }
 
-// The signature is the one `Controller::run` requires.
-#[allow(clippy::needless_pass_by_value)]
-fn error_policy<K>(_obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+/// When a failed sync of a key is tried again: a conflict (someone wrote first) at once after
+/// a re-read, anything else after the retry interval.
+fn retry_delay(error: &Error, config: &Config) -> Duration {
     if error.is_conflict() {
-        // Someone wrote first: re-read and try again right away.
-        Action::requeue(Duration::from_millis(50))
+        Duration::from_millis(50)
     } else {
-        tracing::warn!(error = %error, source = ?std::error::Error::source(error), "sync failed");
-        Action::requeue(ctx.config.retry_interval)
+        config.retry_interval
+    }
+}
+
+/// One worker: takes the keys of `queue` one at a time until it is shut down. An object that
+/// exists is synced again a resync period after each sync (upstream resyncs every claim and
+/// volume each `--pvclaimbinder-sync-period`); counted from the end of the sync, so a worker
+/// that is behind is not handed a second copy of its backlog.
+async fn work<K>(
+    ctx: Arc<Context>,
+    queue: Arc<WorkQueue<ObjectRef<K>>>,
+    sync: impl AsyncFn(&Context, &ObjectRef<K>) -> Result<bool>,
+) where
+    K: kube::Resource + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
+    while let Some(key) = queue.get().await {
+        match sync(&ctx, &key).await {
+            Ok(true) => queue.add_after(key.clone(), ctx.config.resync_period),
+            Ok(false) => {}
+            Err(error) => {
+                if !error.is_conflict() {
+                    tracing::warn!(error = %error, source = ?std::error::Error::source(&error), "sync failed");
+                }
+                queue.add_after(key.clone(), retry_delay(&error, &ctx.config));
+            }
+        }
+        queue.done(&key);
     }
 }
 
 fn claim_of_volume(volume: &PersistentVolume) -> Option<ObjectRef<PersistentVolumeClaim>> {
     let r = objects::claim_ref(volume)?;
     Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
+}
+
+/// The claims a pod uses: its claim volumes and the claims of its generic ephemeral volumes
+/// (named `<pod>-<volume>`).
+// The signature is the one `Controller::watches` requires.
+#[allow(clippy::needless_pass_by_value)]
+fn claims_of_pod(pod: Pod) -> Vec<ObjectRef<PersistentVolumeClaim>> {
+    let namespace = pod.namespace().unwrap_or_default();
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.clone())
+                .or_else(|| {
+                    v.ephemeral
+                        .as_ref()
+                        .map(|_| format!("{}-{}", pod.name_any(), v.name))
+                })
+        })
+        .map(|name| ObjectRef::new(&name).within(&namespace))
+        .collect()
 }
 
 /// Runs the binder and the protection controllers until `shutdown` resolves, then lets
@@ -244,11 +324,9 @@ pub async fn run(
         })
         .graceful_shutdown_on(shutdown.clone());
 
-    let (claim_queue, queued_claims) = mpsc::unbounded_channel();
     let claim_controller = Controller::new(claims, wc());
     let claim_store = claim_controller.store();
     let claim_controller = claim_controller
-        .reconcile_on(UnboundedReceiverStream::new(queued_claims))
         .watches(volumes, wc(), |volume: PersistentVolume| {
             claim_of_volume(&volume)
         })
@@ -265,40 +343,40 @@ pub async fn run(
                     .collect::<Vec<_>>()
             },
         )
-        .watches(Api::<Pod>::all(client.clone()), wc(), |pod: Pod| {
-            let namespace = pod.namespace().unwrap_or_default();
-            pod.spec
-                .iter()
-                .flat_map(|s| s.volumes.iter().flatten())
-                .filter_map(|v| {
-                    v.persistent_volume_claim
-                        .as_ref()
-                        .map(|c| c.claim_name.clone())
-                        .or_else(|| {
-                            v.ephemeral
-                                .as_ref()
-                                .map(|_| format!("{}-{}", pod.name_any(), v.name))
-                        })
-                })
-                .map(|name| ObjectRef::new(&name).within(&namespace))
-                .collect::<Vec<_>>()
-        })
+        .watches(Api::<Pod>::all(client.clone()), wc(), claims_of_pod)
         .graceful_shutdown_on(shutdown);
 
-    // The writer ends once both controllers (and with them every recorder clone) are gone.
+    // The writer ends once the controllers and the workers (and with them every recorder
+    // clone) are gone.
     let (recorder, events) = EventRecorder::new(client.clone(), COMPONENT.to_owned());
+    // The backoff bounds go unused: failed syncs are retried with `add_after`.
+    let (claim_queue, claim_delays) = WorkQueue::new(
+        config.retry_interval,
+        config.retry_interval,
+        QueueMetrics::unregistered("claims"),
+    );
+    let (volume_queue, volume_delays) = WorkQueue::new(
+        config.retry_interval,
+        config.retry_interval,
+        QueueMetrics::unregistered("volumes"),
+    );
     let ctx = Arc::new(Context {
         client,
         recorder,
         config,
         claim_syncs,
         volumes: cached_volumes,
-        claim_queue,
-        claim_worker: tokio::sync::Mutex::new(()),
-        volume_worker: tokio::sync::Mutex::new(()),
+        claim_queue: claim_queue.clone(),
+        volume_queue: volume_queue.clone(),
     });
+    let workers = futures::future::join4(
+        work(ctx.clone(), claim_queue.clone(), sync_claim),
+        work(ctx.clone(), volume_queue.clone(), sync_volume),
+        claim_delays,
+        volume_delays,
+    );
     let volumes = volume_controller
-        .run(reconcile_volume, error_policy, ctx.clone())
+        .run(queue_volume, error_policy, ctx.clone())
         .for_each(|result| {
             if let Err(err) = result {
                 tracing::debug!(controller = "volume", error = %err, "controller event");
@@ -306,14 +384,20 @@ pub async fn run(
             std::future::ready(())
         });
     let claims = claim_controller
-        .run(reconcile_claim, error_policy, ctx)
+        .run(queue_claim, error_policy, ctx)
         .for_each(|result| {
             if let Err(err) = result {
                 tracing::debug!(controller = "claim", error = %err, "controller event");
             }
             std::future::ready(())
         });
-    futures::join!(volumes, claims, events);
+    // Once both controllers stopped, the workers finish the sync they are in and end.
+    let controllers = async move {
+        futures::join!(volumes, claims);
+        claim_queue.shut_down();
+        volume_queue.shut_down();
+    };
+    futures::join!(controllers, workers, events);
 }
 
 /// A running controller-manager stand-in (spawned on the current Tokio runtime) plus the
