@@ -25,11 +25,12 @@
 //! `storeVolumeUpdate`), so it meets a few more bind conflicts (409, then a retry) than
 //! upstream would. Both change when a bind lands, never what it binds.
 //!
-//! Queues as upstream's: kube-runtime's `Controller`s only turn watch events, mapped
-//! triggers and the 15 s resync into keys; one worker per controller takes the keys from a
-//! client-go style work queue ([`csi_common::workqueue`]: a key queued at most once, a key
-//! added while it is being synced is synced once more afterwards), as pv_controller's single
-//! `claimWorker` and `volumeWorker` do. Holding a lock inside the reconcilers instead left
+//! Queues as upstream's: kube-runtime's `Controller`s only turn watch events and mapped
+//! triggers into keys; one worker per controller takes the keys from a client-go style work
+//! queue ([`csi_common::workqueue`]: a key queued at most once, a key added while it is being
+//! synced is synced once more afterwards), as pv_controller's single `claimWorker` and
+//! `volumeWorker` do, and queues each object that still exists again a resync period after
+//! its sync. Holding a lock inside the reconcilers instead left
 //! every waiting reconcile in kube-runtime's scheduler, which scans all of them on each poll:
 //! at 5,000 claims that scan was a quarter of the test bed's CPU (docs/bench.md, "What limits
 //! the burst at QPS 1000").
