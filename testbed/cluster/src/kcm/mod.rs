@@ -18,12 +18,13 @@
 //! What does not: in-tree volume plugins (provisioning, deleting, recycling), CSI migration,
 //! the expand controller, node affinity checks, metrics.
 //!
-//! Where the binder differs from upstream's, and why it does not matter to a sidecar: a claim
-//! sync matches against the volume cache as upstream's `findBestMatchForClaim` does, but
-//! reads the volume a claim names with a GET (upstream reads its cache), so a lagging cache
-//! never marks a claim Lost; and it does not write its own updates into its cache (upstream's
-//! `storeVolumeUpdate`), so it meets a few more bind conflicts (409, then a retry) than
-//! upstream would. Both change when a bind lands, never what it binds.
+//! Reads as upstream's: the syncs read claims, volumes and classes from informer caches, and
+//! see their own writes before the watch delivers them, as upstream's `storeClaimUpdate` /
+//! `storeVolumeUpdate` make them (module `cache`). Where the binder differs, and why it does not
+//! matter to a sidecar: what a cache does not have is asked of the API server before the
+//! binder acts on its absence (upstream does so only for a volume's claim before releasing
+//! the volume), so a cache that lags behind a create never marks a claim Lost or a class
+//! missing. That changes when a bind lands, never what it binds.
 //!
 //! Queues as upstream's: kube-runtime's `Controller`s only turn watch events and mapped
 //! triggers into keys; one worker per controller takes the keys from a client-go style work
@@ -37,6 +38,7 @@
 
 pub mod attach_detach;
 mod binder;
+mod cache;
 pub mod events;
 pub mod objects;
 mod protection;
@@ -51,12 +53,13 @@ use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, ResourceExt as _};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use cache::Newest;
 use csi_common::events::EventRecorder;
 use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::QueueMetrics;
@@ -138,9 +141,13 @@ pub(crate) struct Context {
     recorder: EventRecorder,
     config: Config,
     claim_syncs: ClaimSyncs,
-    /// The volume informer's cache (upstream's `ctrl.volumes`), what claim syncs match
-    /// against.
-    volumes: Store<PersistentVolume>,
+    /// The claim informer's cache plus our own writes (upstream's `ctrl.claims`).
+    claims: Newest<PersistentVolumeClaim>,
+    /// The volume informer's cache plus our own writes (upstream's `ctrl.volumes`), what
+    /// claim syncs match against.
+    volumes: Newest<PersistentVolume>,
+    /// The StorageClass informer's cache (upstream's `classLister`).
+    classes: Store<StorageClass>,
     /// Claims to sync, taken by the single claim worker (upstream's `claimQueue`).
     claim_queue: Arc<WorkQueue<ObjectRef<PersistentVolumeClaim>>>,
     /// Volumes to sync, taken by the single volume worker (upstream's `volumeQueue`).
@@ -187,16 +194,14 @@ fn error_policy<K>(_obj: Arc<K>, _error: &Error, ctx: Arc<Context>) -> Action {
     Action::requeue(ctx.config.retry_interval)
 }
 
-/// `syncClaim` of the current state of the claim `key` (the watch cache may lag behind our
-/// own writes, so it is read from the API server). Returns whether the claim exists.
+/// `syncClaim` of the newest state of the claim `key` we know of (upstream's `claimWorker`
+/// reads `ctrl.claims`). Returns whether the claim exists; one the informer has not seen yet
+/// is synced when its watch event queues it.
 async fn sync_claim(ctx: &Context, key: &ObjectRef<PersistentVolumeClaim>) -> Result<bool> {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(
-        ctx.client.clone(),
-        key.namespace.as_deref().unwrap_or_default(),
-    );
-    let Some(claim) = api.get_opt(&key.name).await.map_err(Error::Api)? else {
+    let Some(claim) = ctx.claims.get(key) else {
         return Ok(false);
     };
+    let claim = Arc::unwrap_or_clone(claim);
     let synced = claim.clone();
     if !protection::sync_claim(ctx, &claim).await? {
         Box::pin(binder::sync_claim(ctx, claim)).await?;
@@ -205,12 +210,12 @@ async fn sync_claim(ctx: &Context, key: &ObjectRef<PersistentVolumeClaim>) -> Re
     Ok(true)
 }
 
-/// `syncVolume` of the current state of the volume `key`. Returns whether the volume exists.
+/// `syncVolume` of the newest state of the volume `key` we know of, as [`sync_claim`].
 async fn sync_volume(ctx: &Context, key: &ObjectRef<PersistentVolume>) -> Result<bool> {
-    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    let Some(volume) = api.get_opt(&key.name).await.map_err(Error::Api)? else {
+    let Some(volume) = ctx.volumes.get(key) else {
         return Ok(false);
     };
+    let volume = Arc::unwrap_or_clone(volume);
     if !protection::sync_volume(ctx, &volume).await? {
         Box::pin(binder::sync_volume(ctx, volume)).await?;
     }
@@ -259,6 +264,30 @@ fn claim_of_volume(volume: &PersistentVolume) -> Option<ObjectRef<PersistentVolu
     Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
 }
 
+/// The volumes a claim change (including its deletion) concerns: its volume and any volume
+/// reserved for it. This runs for every claim event over every cached volume, so it compares
+/// in place (no name copied per volume).
+fn volumes_of_claim(
+    volumes: &Store<PersistentVolume>,
+    claim: &PersistentVolumeClaim,
+) -> Vec<ObjectRef<PersistentVolume>> {
+    let (name, namespace) = (claim.metadata.name.as_deref(), &claim.metadata.namespace);
+    let mut refs: Vec<ObjectRef<PersistentVolume>> = volumes
+        .state()
+        .iter()
+        .filter(|v| {
+            objects::claim_ref(v)
+                .is_some_and(|r| r.name.as_deref() == name && &r.namespace == namespace)
+        })
+        .map(|v| ObjectRef::from_obj(&**v))
+        .collect();
+    let volume_name = objects::claim_volume_name(claim);
+    if !volume_name.is_empty() {
+        refs.push(ObjectRef::new(volume_name));
+    }
+    refs
+}
+
 /// The claims a pod uses: its claim volumes and the claims of its generic ephemeral volumes
 /// (named `<pod>-<volume>`).
 // The signature is the one `Controller::watches` requires.
@@ -282,6 +311,25 @@ fn claims_of_pod(pod: Pod) -> Vec<ObjectRef<PersistentVolumeClaim>> {
         .collect()
 }
 
+/// The class informer (upstream's `classLister`): its store, and the future that keeps it
+/// until `shutdown`. The claim controller's own watch of classes keeps no store.
+fn class_informer(
+    client: Client,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> (Store<StorageClass>, impl Future<Output = ()>) {
+    let (store, writer) = reflector::store();
+    let api = Api::<StorageClass>::all(client);
+    let informer = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .take_until(shutdown)
+        .for_each(|event| {
+            if let Err(err) = event {
+                tracing::debug!(informer = "class", error = %err, "watch event");
+            }
+            std::future::ready(())
+        });
+    (store, informer)
+}
+
 /// Runs the binder and the protection controllers until `shutdown` resolves, then lets
 /// running syncs finish; claim syncs are recorded in `claim_syncs`.
 pub async fn run(
@@ -292,10 +340,6 @@ pub async fn run(
 ) {
     let shutdown = shutdown.boxed().shared();
     let wc = watcher::Config::default;
-    // One sync at a time per controller, as upstream's single-worker queues: a lock in each
-    // reconciler rather than kube-runtime's `concurrency(1)`, which under a burst of a few
-    // hundred claims left some never reconciled (the chaos suite saw 50 of 200 claims never
-    // get the storage-provisioner annotation; kube-rs #1322 reports the same symptom).
     let claims: Api<PersistentVolumeClaim> = Api::all(client.clone());
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
 
@@ -304,29 +348,13 @@ pub async fn run(
     let cached_volumes = volume_store.clone();
     let volume_controller = volume_controller
         .watches(claims.clone(), wc(), move |claim: PersistentVolumeClaim| {
-            // A claim change (including its deletion) concerns its volume and any volume
-            // reserved for it. This runs for every claim event over every cached volume, so
-            // it compares in place (no name copied per volume).
-            let (name, namespace) = (claim.metadata.name.as_deref(), claim.namespace());
-            let mut refs: Vec<ObjectRef<PersistentVolume>> = volume_store
-                .state()
-                .iter()
-                .filter(|v| {
-                    objects::claim_ref(v)
-                        .is_some_and(|r| r.name.as_deref() == name && r.namespace == namespace)
-                })
-                .map(|v| ObjectRef::from_obj(&**v))
-                .collect();
-            let volume_name = objects::claim_volume_name(&claim);
-            if !volume_name.is_empty() {
-                refs.push(ObjectRef::new(volume_name));
-            }
-            refs
+            volumes_of_claim(&volume_store, &claim)
         })
         .graceful_shutdown_on(shutdown.clone());
 
     let claim_controller = Controller::new(claims, wc());
     let claim_store = claim_controller.store();
+    let cached_claims = claim_store.clone();
     let claim_controller = claim_controller
         .watches(volumes, wc(), |volume: PersistentVolume| {
             claim_of_volume(&volume)
@@ -345,8 +373,9 @@ pub async fn run(
             },
         )
         .watches(Api::<Pod>::all(client.clone()), wc(), claims_of_pod)
-        .graceful_shutdown_on(shutdown);
+        .graceful_shutdown_on(shutdown.clone());
 
+    let (class_store, classes) = class_informer(client.clone(), shutdown.clone());
     // The writer ends once the controllers and the workers (and with them every recorder
     // clone) are gone.
     let (recorder, events) = EventRecorder::new(client.clone(), COMPONENT.to_owned());
@@ -366,7 +395,9 @@ pub async fn run(
         recorder,
         config,
         claim_syncs,
-        volumes: cached_volumes,
+        claims: Newest::new(cached_claims),
+        volumes: Newest::new(cached_volumes),
+        classes: class_store,
         claim_queue: claim_queue.clone(),
         volume_queue: volume_queue.clone(),
     });
@@ -398,7 +429,7 @@ pub async fn run(
         claim_queue.shut_down();
         volume_queue.shut_down();
     };
-    futures::join!(controllers, workers, events);
+    futures::join!(controllers, workers, events, classes);
 }
 
 /// A running controller-manager stand-in (spawned on the current Tokio runtime) plus the

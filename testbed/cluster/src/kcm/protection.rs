@@ -138,9 +138,11 @@ pub(crate) async fn sync_claim(ctx: &Context, claim: &PersistentVolumeClaim) -> 
     let mut clone = claim.clone();
     with_finalizer(&mut clone, PVC_PROTECTION_FINALIZER, present);
     let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace);
-    api.replace(&claim.name_any(), &PostParams::default(), &clone)
-        .await
-        .map_err(Error::Api)?;
+    ctx.claims.wrote(
+        api.replace(&claim.name_any(), &PostParams::default(), &clone)
+            .await
+            .map_err(Error::Api)?,
+    );
     tracing::info!(claim = %claim.name_any(), present, "pvc-protection finalizer");
     Ok(true)
 }
@@ -155,9 +157,11 @@ pub(crate) async fn sync_volume(ctx: &Context, volume: &PersistentVolume) -> Res
     let mut clone = volume.clone();
     with_finalizer(&mut clone, PV_PROTECTION_FINALIZER, present);
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    api.replace(&volume.name_any(), &PostParams::default(), &clone)
-        .await
-        .map_err(Error::Api)?;
+    ctx.volumes.wrote(
+        api.replace(&volume.name_any(), &PostParams::default(), &clone)
+            .await
+            .map_err(Error::Api)?,
+    );
     tracing::info!(volume = %volume.name_any(), present, "pv-protection finalizer");
     Ok(true)
 }

@@ -7,7 +7,10 @@ pub(crate) mod decide;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
+use std::sync::Arc;
+
 use kube::api::{ListParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use super::objects::{
@@ -24,10 +27,15 @@ fn pv_api(ctx: &Context) -> Api<PersistentVolume> {
     Api::all(ctx.client.clone())
 }
 
+/// The claim's class from the class cache; one the cache does not have is asked of the API
+/// server before the claim is told it is missing (the cache may not have seen a new class).
 async fn lookup_class(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<ClassLookup> {
     let name = objects::claim_class(claim);
     if name.is_empty() {
         return Ok(ClassLookup::NoClass);
+    }
+    if let Some(class) = ctx.classes.get(&ObjectRef::new(name)) {
+        return Ok(ClassLookup::Found(Box::new(Arc::unwrap_or_clone(class))));
     }
     let classes: Api<StorageClass> = Api::all(ctx.client.clone());
     Ok(match classes.get_opt(name).await.map_err(Error::Api)? {
@@ -36,16 +44,24 @@ async fn lookup_class(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<Cl
     })
 }
 
-/// `GetDefaultClass`: the newest class marked default (name breaks ties).
+/// `GetDefaultClass` over the class cache, else (no default there) over a LIST, as
+/// [`lookup_class`] double-checks.
 async fn default_class(ctx: &Context) -> Result<Option<String>> {
+    let cached = ctx.classes.state();
+    if let Some(name) = newest_default(cached.iter().map(AsRef::as_ref)) {
+        return Ok(Some(name));
+    }
     let classes: Api<StorageClass> = Api::all(ctx.client.clone());
     let list = classes
         .list(&ListParams::default())
         .await
         .map_err(Error::Api)?;
-    Ok(list
-        .items
-        .iter()
+    Ok(newest_default(list.items.iter()))
+}
+
+/// `GetDefaultClass`: the newest class marked default (name breaks ties).
+fn newest_default<'a>(classes: impl Iterator<Item = &'a StorageClass>) -> Option<String> {
+    classes
         .filter(|c| objects::is_default_class(c))
         .max_by(|a, b| {
             let created = |c: &StorageClass| c.metadata.creation_timestamp.clone().map(|t| t.0);
@@ -53,7 +69,16 @@ async fn default_class(ctx: &Context) -> Result<Option<String>> {
                 .cmp(&created(b))
                 .then_with(|| b.name_any().cmp(&a.name_any()))
         })
-        .map(ResourceExt::name_any))
+        .map(ResourceExt::name_any)
+}
+
+/// The volume a claim names: from the volume cache, else from the API server, so a cache
+/// that has not seen the volume yet never makes the claim Lost.
+async fn named_volume(ctx: &Context, name: &str) -> Result<Option<PersistentVolume>> {
+    if let Some(volume) = ctx.volumes.get(&ObjectRef::new(name)) {
+        return Ok(Some(Arc::unwrap_or_clone(volume)));
+    }
+    pv_api(ctx).get_opt(name).await.map_err(Error::Api)
 }
 
 /// Names of running, unscheduled Pods that use the claim (`findNonScheduledPodsByPVC`).
@@ -83,17 +108,12 @@ pub(crate) async fn sync_claim(ctx: &Context, claim: PersistentVolumeClaim) -> R
     let class = lookup_class(ctx, &claim).await?;
     // Upstream reads volumes from its informer cache (`ctrl.volumes`), never with a LIST: a
     // LIST per sync made every claim sync cost as much as encoding and decoding every volume,
-    // which at a few thousand volumes was most of the test bed's CPU. A volume the claim names
-    // is read from the API server instead, so the decisions that hang on it (Lost above all)
-    // never rest on a cache that has not caught up yet.
+    // which at a few thousand volumes was most of the test bed's CPU.
     let named = objects::claim_volume_name(&claim);
     let (cached, fresh) = if named.is_empty() {
         (ctx.volumes.state(), None)
     } else {
-        (
-            Vec::new(),
-            pv_api(ctx).get_opt(named).await.map_err(Error::Api)?,
-        )
+        (Vec::new(), named_volume(ctx, named).await?)
     };
     let volumes: Vec<&PersistentVolume> = cached.iter().map(AsRef::as_ref).chain(&fresh).collect();
     let late_binding =
@@ -129,9 +149,11 @@ pub(crate) async fn sync_claim(ctx: &Context, claim: PersistentVolumeClaim) -> R
                 .spec
                 .get_or_insert_with(Default::default)
                 .storage_class_name = Some(class);
-            api.replace(&claim.name_any(), &pp, &clone)
-                .await
-                .map_err(Error::Api)?
+            ctx.claims.wrote(
+                api.replace(&claim.name_any(), &pp, &clone)
+                    .await
+                    .map_err(Error::Api)?,
+            )
         }
         ClaimAction::SetProvisioner(provisioner) => {
             if decide::has_provisioner(&claim, &provisioner) {
@@ -140,9 +162,11 @@ pub(crate) async fn sync_claim(ctx: &Context, claim: PersistentVolumeClaim) -> R
                 let mut clone = claim.clone();
                 objects::set_annotation(&mut clone, ANN_BETA_STORAGE_PROVISIONER, &provisioner);
                 objects::set_annotation(&mut clone, ANN_STORAGE_PROVISIONER, &provisioner);
-                api.replace(&claim.name_any(), &pp, &clone)
-                    .await
-                    .map_err(Error::Api)?
+                ctx.claims.wrote(
+                    api.replace(&claim.name_any(), &pp, &clone)
+                        .await
+                        .map_err(Error::Api)?,
+                )
             }
         }
         ClaimAction::Pending => set_claim_status(ctx, claim, claim_phase::PENDING, None).await?,
@@ -170,6 +194,7 @@ async fn set_claim_status(
         Some(updated) => pvc_api(ctx, &claim)
             .replace_status(&claim.name_any(), &PostParams::default(), &updated)
             .await
+            .map(|saved| ctx.claims.wrote(saved))
             .map_err(Error::Api),
     }
 }
@@ -184,6 +209,7 @@ async fn set_volume_phase(
         Some(updated) => pv_api(ctx)
             .replace_status(&volume.name_any(), &PostParams::default(), &updated)
             .await
+            .map(|saved| ctx.volumes.wrote(saved))
             .map_err(Error::Api),
     }
 }
@@ -198,18 +224,22 @@ async fn bind(
     let pp = PostParams::default();
     let volume = match objects::with_volume_bound_to_claim(&volume, &claim) {
         None => volume,
-        Some(updated) => pv_api(ctx)
-            .replace(&volume.name_any(), &pp, &updated)
-            .await
-            .map_err(Error::Api)?,
+        Some(updated) => ctx.volumes.wrote(
+            pv_api(ctx)
+                .replace(&volume.name_any(), &pp, &updated)
+                .await
+                .map_err(Error::Api)?,
+        ),
     };
     let volume = set_volume_phase(ctx, volume, volume_phase::BOUND).await?;
     let claim = match objects::with_claim_bound_to_volume(&claim, &volume) {
         None => claim,
-        Some(updated) => pvc_api(ctx, &claim)
-            .replace(&claim.name_any(), &pp, &updated)
-            .await
-            .map_err(Error::Api)?,
+        Some(updated) => ctx.claims.wrote(
+            pvc_api(ctx, &claim)
+                .replace(&claim.name_any(), &pp, &updated)
+                .await
+                .map_err(Error::Api)?,
+        ),
     };
     tracing::info!(claim = %claim.name_any(), volume = %volume.name_any(), "binding");
     set_claim_status(ctx, claim, claim_phase::BOUND, Some(&volume)).await
@@ -217,17 +247,21 @@ async fn bind(
 
 /// One `syncVolume` pass over the current state of `volume`.
 pub(crate) async fn sync_volume(ctx: &Context, volume: PersistentVolume) -> Result<()> {
-    // Upstream double-checks a missing claim against the API server before releasing; we
-    // always read it from there.
+    // The claim from the claim cache; as upstream, a claim the cache does not have is
+    // double-checked against the API server before the volume is released.
     let claim = match objects::claim_ref(&volume) {
         Some(r) if r.uid.as_deref().is_some_and(|u| !u.is_empty()) => {
-            let api: Api<PersistentVolumeClaim> = Api::namespaced(
-                ctx.client.clone(),
+            let (namespace, name) = (
                 r.namespace.as_deref().unwrap_or_default(),
+                r.name.as_deref().unwrap_or_default(),
             );
-            api.get_opt(r.name.as_deref().unwrap_or_default())
-                .await
-                .map_err(Error::Api)?
+            if let Some(claim) = ctx.claims.get(&ObjectRef::new(name).within(namespace)) {
+                Some(Arc::unwrap_or_clone(claim))
+            } else {
+                let api: Api<PersistentVolumeClaim> =
+                    Api::namespaced(ctx.client.clone(), namespace);
+                api.get_opt(name).await.map_err(Error::Api)?
+            }
         }
         _ => None,
     };
@@ -277,10 +311,12 @@ pub(crate) async fn sync_volume(ctx: &Context, volume: PersistentVolume) -> Resu
             } else if let Some(r) = clone.spec.as_mut().and_then(|s| s.claim_ref.as_mut()) {
                 r.uid = None;
             }
-            let saved = pv_api(ctx)
-                .replace(&volume.name_any(), &PostParams::default(), &clone)
-                .await
-                .map_err(Error::Api)?;
+            let saved = ctx.volumes.wrote(
+                pv_api(ctx)
+                    .replace(&volume.name_any(), &PostParams::default(), &clone)
+                    .await
+                    .map_err(Error::Api)?,
+            );
             set_volume_phase(ctx, saved, volume_phase::AVAILABLE).await?;
         }
     }
