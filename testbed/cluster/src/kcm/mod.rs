@@ -264,23 +264,30 @@ fn claim_of_volume(volume: &PersistentVolume) -> Option<ObjectRef<PersistentVolu
     Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
 }
 
-/// The volumes a claim change (including its deletion) concerns: its volume and any volume
-/// reserved for it. This runs for every claim event over every cached volume, so it compares
-/// in place (no name copied per volume).
+/// The volumes a claim change concerns: the volume it names (upstream's `deleteClaim`
+/// queues that one), and, once the claim is being deleted, every volume reserved for it, so a
+/// volume provisioned for a claim deleted before it bound is released at once rather than at
+/// its next resync. Only a deleting claim pays for the scan over every cached volume: a burst
+/// of new claims would otherwise scan all volumes at each of their events.
 fn volumes_of_claim(
     volumes: &Store<PersistentVolume>,
     claim: &PersistentVolumeClaim,
 ) -> Vec<ObjectRef<PersistentVolume>> {
-    let (name, namespace) = (claim.metadata.name.as_deref(), &claim.metadata.namespace);
-    let mut refs: Vec<ObjectRef<PersistentVolume>> = volumes
-        .state()
-        .iter()
-        .filter(|v| {
-            objects::claim_ref(v)
-                .is_some_and(|r| r.name.as_deref() == name && &r.namespace == namespace)
-        })
-        .map(|v| ObjectRef::from_obj(&**v))
-        .collect();
+    let mut refs: Vec<ObjectRef<PersistentVolume>> = Vec::new();
+    if objects::is_deleting(claim) {
+        // Compared in place: no name copied per volume.
+        let (name, namespace) = (claim.metadata.name.as_deref(), &claim.metadata.namespace);
+        refs.extend(
+            volumes
+                .state()
+                .iter()
+                .filter(|v| {
+                    objects::claim_ref(v)
+                        .is_some_and(|r| r.name.as_deref() == name && &r.namespace == namespace)
+                })
+                .map(|v| ObjectRef::from_obj(&**v)),
+        );
+    }
     let volume_name = objects::claim_volume_name(claim);
     if !volume_name.is_empty() {
         refs.push(ObjectRef::new(volume_name));
