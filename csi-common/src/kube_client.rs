@@ -24,6 +24,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::retry::RetryPolicy;
 use kube::client::{ClientBuilder, ConfigExt as _, DynBody};
 use kube::config::{InClusterError, KubeConfigOptions, Kubeconfig, KubeconfigError};
+
+use crate::fence::Fence;
 use tokio::time::Instant;
 use tower::ServiceBuilder;
 use tower::buffer::Buffer;
@@ -220,6 +222,22 @@ pub async fn client(config: &KubeClientConfig) -> Result<kube::Client> {
     Ok(builder.with_layer(&rate_limit).build())
 }
 
+/// [`client`] whose writes stop when `fence` closes: the main client of a sidecar under
+/// leader election. The fence is checked when a request leaves the token bucket, so a write
+/// that waited for its token is not sent after leadership ended.
+///
+/// # Errors
+/// As [`client`].
+pub async fn fenced_client(config: &KubeClientConfig, fence: &Fence) -> Result<kube::Client> {
+    let rate_limit = RateLimitLayer::new(config.qps, config.burst)?;
+    let kube_config = rest_config(config).await?;
+    let builder = client_builder(kube_config)?;
+    Ok(builder
+        .with_layer(&FenceLayer::new(fence.clone()))
+        .with_layer(&rate_limit)
+        .build())
+}
+
 /// How long an idle connection to the API server stays in the pool: client-go's
 /// `IdleConnTimeout` (`utilnet.SetTransportDefaults`).
 pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(90);
@@ -290,6 +308,68 @@ pub fn client_builder_with_idle_timeout(
 /// re-exported), so both builders give one type.
 pub type GenericService =
     BoxService<http::Request<kube::client::Body>, http::Response<Box<DynBody>>, BoxError>;
+
+/// Why a write was not sent: the [`Fence`] it passes had closed.
+#[derive(Debug, thiserror::Error)]
+#[error("not sent: this replica is no longer the leader (its lease ended at its renew deadline)")]
+pub struct NotLeading;
+
+/// Refuses every request but a GET (reads, lists and watches) once its [`Fence`] has
+/// closed, with [`NotLeading`]; see the fence's documentation for why the check is made
+/// here, when the request leaves, and not by the controllers.
+#[derive(Clone, Debug)]
+pub struct FenceLayer {
+    fence: Fence,
+}
+
+impl FenceLayer {
+    /// A layer checking `fence`.
+    pub fn new(fence: Fence) -> Self {
+        Self { fence }
+    }
+}
+
+impl<S> Layer<S> for FenceLayer {
+    type Service = Fenced<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Fenced {
+            inner,
+            fence: self.fence.clone(),
+        }
+    }
+}
+
+/// The service built by [`FenceLayer`].
+#[derive(Clone, Debug)]
+pub struct Fenced<S> {
+    inner: S,
+    fence: Fence,
+}
+
+impl<S, B> Service<http::Request<B>> for Fenced<S>
+where
+    S: Service<http::Request<B>>,
+    S::Response: Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.method() != http::Method::GET && !self.fence.is_open() {
+            return Box::pin(std::future::ready(Err(Box::new(NotLeading) as BoxError)));
+        }
+        let response = self.inner.call(request);
+        Box::pin(async move { response.await.map_err(Into::into) })
+    }
+}
 
 /// A token bucket in the reservation style of Go's `golang.org/x/time/rate` (which client-go's
 /// `flowcontrol.NewTokenBucketRateLimiter` wraps): it starts full, refills at `qps` tokens per
@@ -546,6 +626,53 @@ mod tests {
                 "flag {flag:?}, env {env:?}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_closed_fence_refuses_writes_and_lets_reads_and_watches_through() {
+        use tower::ServiceExt as _;
+        let fence = Fence::new();
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&sent);
+        let inner = tower::service_fn(move |request: http::Request<()>| {
+            log.lock().unwrap().push(request.method().clone());
+            std::future::ready(Ok::<_, BoxError>(http::Response::new(())))
+        });
+        let mut service = FenceLayer::new(fence.clone()).layer(inner);
+        let request = |method: http::Method, uri: &str| {
+            http::Request::builder()
+                .method(method)
+                .uri(uri)
+                .body(())
+                .unwrap()
+        };
+        let put = || request(http::Method::PUT, "/api/v1/namespaces/ns/pods/p");
+        service.ready().await.unwrap().call(put()).await.unwrap();
+
+        fence.close();
+        for method in [
+            http::Method::PUT,
+            http::Method::POST,
+            http::Method::PATCH,
+            http::Method::DELETE,
+        ] {
+            let err = service
+                .ready()
+                .await
+                .unwrap()
+                .call(request(method.clone(), "/api/v1/namespaces/ns/pods/p"))
+                .await
+                .unwrap_err();
+            assert!(err.is::<NotLeading>(), "{method}: {err}");
+        }
+        let watch = request(http::Method::GET, "/api/v1/pods?watch=true");
+        service.ready().await.unwrap().call(watch).await.unwrap();
+        let get = request(http::Method::GET, "/api/v1/namespaces/ns/pods/p");
+        service.ready().await.unwrap().call(get).await.unwrap();
+        assert_eq!(
+            *sent.lock().unwrap(),
+            [http::Method::PUT, http::Method::GET, http::Method::GET]
+        );
     }
 
     #[tokio::test(start_paused = true)]

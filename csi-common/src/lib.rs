@@ -18,6 +18,7 @@ pub mod coalesce;
 pub mod connection;
 pub mod controller;
 pub mod events;
+pub mod fence;
 pub mod flags;
 pub mod h2_authority;
 pub mod http;

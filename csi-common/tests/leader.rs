@@ -16,6 +16,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use csi_common::fence::Fence;
 use csi_common::leader::{
     LeaderElectionConfig, LeaderElector, Leadership, LostReason, MASTER_STATUS_METRIC,
 };
@@ -805,6 +806,28 @@ async fn a_leader_frozen_past_its_deadline_gives_up_as_soon_as_it_runs_again() {
         "{:?}",
         api.requests_of("a")
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fence_is_open_while_renewals_keep_up_and_shut_for_a_thawed_leader() {
+    let api = FakeApi::default();
+    let fence = Fence::new();
+    let elector = elector(&api, fast("a")).with_fence(fence.clone());
+    assert!(!fence.is_open(), "a standby's writes are fenced");
+    let mut leadership = elector.acquire().await;
+    assert!(fence.is_open(), "open from the moment it leads");
+    // Renewals every retry period move the fence on: still open well past one deadline
+    // (retry period + renew deadline = 3 s) after the acquisition.
+    sleep(Duration::from_secs(10)).await;
+    assert!(fence.is_open());
+    assert!(leadership.is_leader());
+
+    // Frozen for 3.5 s in its retry-period sleep: on thawing, the fence is shut by the clock
+    // alone, whichever task runs first; the renewal task then reports the loss.
+    tokio::time::advance(Duration::from_millis(3_500)).await;
+    assert!(!fence.is_open());
+    leadership.lost().await;
+    assert!(!fence.is_open());
 }
 
 #[tokio::test(start_paused = true)]

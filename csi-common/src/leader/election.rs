@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
+use crate::fence::Fence;
 use crate::logging::error_chain;
 
 use super::lock::{Lock, LockError, Record};
@@ -44,6 +45,8 @@ pub(super) struct Shared {
     pub(super) lease_duration: Duration,
     observed: Mutex<Observed>,
     leading: watch::Sender<bool>,
+    /// The fence of the clients that write as this leader, if they have one.
+    fence: OnceLock<Fence>,
     master_status: IntGaugeVec,
     slowpath: IntCounterVec,
 }
@@ -80,6 +83,9 @@ impl Shared {
     }
 
     fn set_leading(&self, leading: bool) {
+        if !leading && let Some(fence) = self.fence.get() {
+            fence.close();
+        }
         self.leading.send_replace(leading);
         self.master_status
             .with_label_values(&[METRIC_NAME_LABEL_VALUE])
@@ -165,6 +171,7 @@ impl LeaderElector {
             lease_duration: config.lease_duration,
             observed: Mutex::new(Observed::default()),
             leading: watch::Sender::new(false),
+            fence: OnceLock::new(),
             master_status,
             slowpath,
         });
@@ -182,6 +189,18 @@ impl LeaderElector {
                 last_failure: None,
             },
         })
+    }
+
+    /// Has this elector hold `fence`: closed until it leads, then open until the instant its
+    /// leadership ends at the latest (the last successful renewal + retry period + renew
+    /// deadline), moved on by each renewal, closed again when leadership ends. Give the same
+    /// fence to the clients the controllers write with (see [`Fence`]), not to this elector's
+    /// own client. A second fence is ignored.
+    #[must_use]
+    pub fn with_fence(self, fence: Fence) -> Self {
+        fence.close();
+        let _ = self.core.shared.fence.set(fence);
+        self
     }
 
     /// The health check for [`HEALTH_CHECK_PATH`](super::HEALTH_CHECK_PATH), with upstream's 20 s tolerance.
@@ -244,6 +263,7 @@ impl LeaderElector {
             tokio::time::sleep_until(wake.at).await;
         }
         core.spawn_event("became leader");
+        core.hold_fence(Instant::now());
         core.shared.set_leading(true);
         info!(lease = %core.shared.lease, "successfully acquired lease");
 
@@ -376,6 +396,14 @@ struct Core {
 }
 
 impl Core {
+    /// Opens the fence, if any, until leadership would end after a successful renewal at
+    /// `renewed_at` with no later one ([`timing::renew_deadline`]'s latest instant).
+    fn hold_fence(&self, renewed_at: Instant) {
+        if let Some(fence) = self.shared.fence.get() {
+            fence.open_until(renewed_at + self.config.retry_period + self.config.renew_deadline);
+        }
+    }
+
     /// One attempt of client-go `tryAcquireOrRenew`; `Ok` when this replica now holds the Lease.
     async fn try_acquire_or_renew(&mut self) -> Result<(), NotAcquired> {
         let now_wall = Timestamp::now();
@@ -554,6 +582,7 @@ impl Core {
                 };
             }
             renewed_at = Instant::now();
+            self.hold_fence(renewed_at);
             debug!(lease = %self.shared.lease, "successfully renewed lease");
             tokio::time::sleep(retry_period).await;
         }

@@ -30,7 +30,8 @@
 //!
 //! The pieces: [`LeaderElectionConfig`] (which Lease, who we are, the timings; checked as
 //! client-go checks them), the election loop ([`LeaderElector`] and the [`Leadership`] it
-//! returns), the timing of its attempts and deadlines (the private `timing` module),
+//! returns), the [`Fence`](crate::fence::Fence) that stops a leader's writes at the instant its leadership ends even
+//! when the process was frozen past it, the timing of its attempts and deadlines (the private `timing` module),
 //! [`LeaderHealth`] for `/healthz/leader-election`, and upstream's naming rules ([`lease_name`],
 //! [`identity`], [`namespace_from`]).
 //!

@@ -90,8 +90,9 @@ use futures::future::{BoxFuture, Shared};
 
 use crate::capabilities::{ControllerCapabilities, PluginCapabilities};
 use crate::connection::{self, ConnectOptions, Connection, ConnectionLoss};
+use crate::fence::Fence;
 use crate::http::{self, HealthCheck};
-use crate::kube_client::{self, KubeClientConfig, RateLimitLayer};
+use crate::kube_client::{self, FenceLayer, KubeClientConfig, RateLimitLayer};
 use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeaderHealth};
 use crate::metrics::{self, CsiMetrics, ProcessMetrics, ScrapeMetrics};
 use crate::workqueue::metrics::WorkQueueMetrics;
@@ -300,6 +301,9 @@ pub struct Sidecar {
     pub workqueue_metrics: WorkQueueMetrics,
     config: SidecarConfig,
     environment: Environment,
+    /// What stops the writes of [`Sidecar::client`] (and of clients made with
+    /// [`Sidecar::client_with_limits`]) when leadership ends.
+    fence: Fence,
     loss: ConnectionLoss,
     shutdown: SharedShutdown,
 }
@@ -326,7 +330,9 @@ impl Sidecar {
         environment: Environment,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Option<Self>> {
-        let client = kube_client(&config, &environment).await?;
+        // Open until the elector, if any, holds it (`run`).
+        let fence = Fence::new();
+        let client = kube_client(&config, &environment, Some(&fence)).await?;
         let metrics =
             CsiMetrics::with_scrape_metrics(config.process_metrics, config.scrape_metrics)
                 .map_err(Error::Metrics)?;
@@ -372,6 +378,7 @@ impl Sidecar {
             workqueue_metrics,
             config,
             environment,
+            fence,
             loss,
             shutdown,
         }))
@@ -393,7 +400,7 @@ impl Sidecar {
         let mut config = self.config.clone();
         config.settings.kube.qps = qps;
         config.settings.kube.burst = burst;
-        kube_client(&config, &self.environment).await
+        kube_client(&config, &self.environment, Some(&self.fence)).await
     }
 
     /// Steps 4-6 of the [module](self) docs: runs the future `controllers` makes from a
@@ -421,14 +428,17 @@ impl Sidecar {
             metrics,
             config,
             environment,
+            fence,
             loss,
             shutdown,
             ..
         } = self;
         let elector = match &config.settings.leader_election {
-            Some(settings) => {
-                Some(elector(&config, &environment, settings, &driver.name, &metrics).await?)
-            }
+            Some(settings) => Some(
+                elector(&config, &environment, settings, &driver.name, &metrics)
+                    .await?
+                    .with_fence(fence),
+            ),
             None => None,
         };
         let http = &config.settings.http;
@@ -474,7 +484,8 @@ async fn elector(
     driver: &str,
     metrics: &CsiMetrics,
 ) -> Result<LeaderElector> {
-    let client = kube_client(config, environment).await?;
+    // Not fenced: it must write the Lease to lead at all.
+    let client = kube_client(config, environment, None).await?;
     let mut le_config = LeaderElectionConfig::new(
         leader::lease_name(&format!("{}{driver}", config.lease_prefix)),
         environment.lease_namespace.clone(),
@@ -594,7 +605,11 @@ async fn serve_diagnostics(
 /// (when `main` passed it), `--kubeconfig` and `--master` like client-go's
 /// `BuildConfigFromFlags`: `--master` replaces the server URL of the kubeconfig, or stands
 /// alone without one.
-async fn kube_client(config: &SidecarConfig, environment: &Environment) -> Result<kube::Client> {
+async fn kube_client(
+    config: &SidecarConfig,
+    environment: &Environment,
+    fence: Option<&Fence>,
+) -> Result<kube::Client> {
     let kube = &config.settings.kube;
     let client_config = KubeClientConfig {
         kubeconfig: Some(PathBuf::from(&kube.kubeconfig)),
@@ -604,9 +619,11 @@ async fn kube_client(config: &SidecarConfig, environment: &Environment) -> Resul
         user_agent: format!("{}/{}", config.component, crate::version::version()),
     };
     let Some(master) = &kube.master else {
-        return kube_client::client(&client_config)
-            .await
-            .map_err(Error::KubeClient);
+        let client = match fence {
+            Some(fence) => kube_client::fenced_client(&client_config, fence).await,
+            None => kube_client::client(&client_config).await,
+        };
+        return client.map_err(Error::KubeClient);
     };
     let url: ::http::Uri = master.parse().map_err(|_| Error::Master(master.clone()))?;
     let mut kube_config = if client_config.kubeconfig_path().is_some() {
@@ -620,7 +637,13 @@ async fn kube_client(config: &SidecarConfig, environment: &Environment) -> Resul
     let layer =
         RateLimitLayer::new(client_config.qps, client_config.burst).map_err(Error::KubeClient)?;
     let builder = kube_client::client_builder(kube_config).map_err(Error::KubeClient)?;
-    Ok(builder.with_layer(&layer).build())
+    Ok(match fence {
+        Some(fence) => builder
+            .with_layer(&FenceLayer::new(fence.clone()))
+            .with_layer(&layer)
+            .build(),
+        None => builder.with_layer(&layer).build(),
+    })
 }
 
 #[cfg(test)]

@@ -212,6 +212,7 @@ async fn master_alone_builds_a_client_without_a_kubeconfig() {
     let client = kube_client(
         &config_with_master("https://10.0.0.1:6443"),
         &no_environment(),
+        Some(&Fence::new()),
     )
     .await
     .unwrap();
@@ -220,7 +221,12 @@ async fn master_alone_builds_a_client_without_a_kubeconfig() {
 
 #[tokio::test]
 async fn a_master_that_is_not_a_url_is_refused() {
-    let Err(err) = kube_client(&config_with_master("http://exa mple"), &no_environment()).await
+    let Err(err) = kube_client(
+        &config_with_master("http://exa mple"),
+        &no_environment(),
+        None,
+    )
+    .await
     else {
         panic!("a client for a bad URL");
     };
