@@ -10,12 +10,16 @@
 //! kept beside it and the newer copy is chosen on each read ([`choose`]); a written copy is
 //! dropped as soon as the store has caught up with it, or no longer has the object.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+
+use super::objects;
 
 /// Which copy of an object a read returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,14 +93,6 @@ where
         }
     }
 
-    /// Every object in the store, as the store has it. Unlike upstream's, the claim sync's
-    /// match over all volumes does not see our writes the store has not caught up with:
-    /// that would cost a lookup per volume on every claim sync, and a stale candidate costs
-    /// one 409 and a retry (every write is guarded by its resourceVersion).
-    pub(crate) fn state(&self) -> Vec<Arc<K>> {
-        self.store.state()
-    }
-
     /// Records an object the API server returned from our write, and hands it back.
     pub(crate) fn wrote(&self, obj: K) -> K {
         let key = ObjectRef::from_obj(&obj);
@@ -111,10 +107,123 @@ where
     }
 }
 
+/// The key the index files a volume under: the namespace and name of the claim its claimRef
+/// names, or `None` for a volume without claimRef (free for any claim).
+type ClaimKey = Option<(String, String)>;
+
+fn claim_key(volume: &PersistentVolume) -> ClaimKey {
+    objects::claim_ref(volume).map(|r| {
+        (
+            r.namespace.clone().unwrap_or_default(),
+            r.name.clone().unwrap_or_default(),
+        )
+    })
+}
+
+/// Volume names by [`ClaimKey`].
+#[derive(Debug, Default)]
+struct Index {
+    key_of: HashMap<String, ClaimKey>,
+    names: HashMap<ClaimKey, BTreeSet<String>>,
+}
+
+impl Index {
+    fn file(&mut self, volume: &PersistentVolume) {
+        let Some(name) = volume.metadata.name.as_deref() else {
+            return;
+        };
+        let key = claim_key(volume);
+        match self.key_of.get(name) {
+            Some(old) if *old == key => return,
+            Some(old) => {
+                let old = old.clone();
+                self.unfile(&old, name);
+            }
+            None => {}
+        }
+        self.key_of.insert(name.to_owned(), key.clone());
+        self.names.entry(key).or_default().insert(name.to_owned());
+    }
+
+    fn remove(&mut self, volume: &PersistentVolume) {
+        let Some(name) = volume.metadata.name.as_deref() else {
+            return;
+        };
+        if let Some(old) = self.key_of.remove(name) {
+            self.unfile(&old, name);
+        }
+    }
+
+    fn unfile(&mut self, key: &ClaimKey, name: &str) {
+        if let Some(names) = self.names.get_mut(key) {
+            names.remove(name);
+            if names.is_empty() {
+                self.names.remove(key);
+            }
+        }
+    }
+}
+
+/// The volume informer's volumes by the claim their `spec.claimRef` names, kept from the
+/// informer's own watch events, so that it describes the objects the store holds.
+///
+/// Upstream's claim sync scans every cached volume of the claim's access modes
+/// (`findBestMatchForClaim`); the single claim worker did the same over a copy of the store's
+/// list at every sync, and at 5,000 volumes that scan and copy were the top of the test bed's
+/// profile (docs/bench.md, "The stand-in's reads"). The candidates of a match are only
+/// the volumes reserved for the claim and the free ones (every other volume is skipped by the
+/// match), so the index answers with those, and the match reads each as its newest copy
+/// ([`Newest::get`]), our own writes included as upstream's `ctrl.volumes` has them.
+#[derive(Debug, Default)]
+pub(crate) struct VolumesByClaim(Mutex<Indexes>);
+
+#[derive(Debug, Default)]
+struct Indexes {
+    /// What the store holds.
+    current: Index,
+    /// A relist in progress: as kube-runtime's store, the index keeps answering from the
+    /// previous list until the new one is complete.
+    relisting: Option<Index>,
+}
+
+impl VolumesByClaim {
+    /// Follows one event of the volume watch (before the store applies it).
+    pub(crate) fn apply(&self, event: &watcher::Event<PersistentVolume>) {
+        let mut indexes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            watcher::Event::Apply(volume) => indexes.current.file(volume),
+            watcher::Event::Delete(volume) => indexes.current.remove(volume),
+            watcher::Event::Init => indexes.relisting = Some(Index::default()),
+            watcher::Event::InitApply(volume) => indexes
+                .relisting
+                .get_or_insert_with(Index::default)
+                .file(volume),
+            watcher::Event::InitDone => {
+                indexes.current = indexes.relisting.take().unwrap_or_default();
+            }
+        }
+    }
+
+    /// Names of the volumes whose claimRef names `namespace/name`, and, with `free`, of the
+    /// volumes without claimRef; in name order.
+    pub(crate) fn candidates(&self, namespace: &str, name: &str, free: bool) -> Vec<String> {
+        let indexes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let names = &indexes.current.names;
+        let reserved = names.get(&Some((namespace.to_owned(), name.to_owned())));
+        let free = names.get(&None).filter(|_| free);
+        reserved
+            .into_iter()
+            .chain(free)
+            .flatten()
+            .cloned()
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PersistentVolume;
+    use k8s_openapi::api::core::v1::ObjectReference;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kube::runtime::reflector::store;
     use kube::runtime::reflector::store::Writer;
@@ -204,5 +313,56 @@ mod tests {
         cache.wrote(volume("12", "Bound"));
         cache.wrote(volume("11", "Available"));
         assert_eq!(phase(&cache.get(&ObjectRef::new("pv-1")).unwrap()), "Bound");
+    }
+
+    fn reserved(name: &str, claim: Option<&str>) -> PersistentVolume {
+        let mut pv = volume("1", "");
+        pv.metadata.name = Some(name.into());
+        pv.spec = Some(k8s_openapi::api::core::v1::PersistentVolumeSpec {
+            claim_ref: claim.map(|c| ObjectReference {
+                namespace: Some("ns".into()),
+                name: Some(c.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        pv
+    }
+
+    #[test]
+    fn the_index_follows_claim_refs_as_they_are_set_changed_and_deleted() {
+        let index = VolumesByClaim::default();
+        index.apply(&watcher::Event::Apply(reserved("pv-a", Some("c1"))));
+        index.apply(&watcher::Event::Apply(reserved("pv-b", None)));
+        index.apply(&watcher::Event::Apply(reserved("pv-c", Some("c2"))));
+        assert_eq!(index.candidates("ns", "c1", true), ["pv-a", "pv-b"]);
+        assert_eq!(index.candidates("ns", "c1", false), ["pv-a"]);
+        assert!(index.candidates("other", "c1", false).is_empty());
+
+        // The binder reserves the free volume for c1; pv-a is released to nobody; pv-c goes.
+        index.apply(&watcher::Event::Apply(reserved("pv-b", Some("c1"))));
+        index.apply(&watcher::Event::Apply(reserved("pv-a", None)));
+        index.apply(&watcher::Event::Delete(reserved("pv-c", Some("c2"))));
+        assert_eq!(index.candidates("ns", "c1", false), ["pv-b"]);
+        assert_eq!(index.candidates("ns", "c1", true), ["pv-b", "pv-a"]);
+        assert!(
+            index
+                .candidates("ns", "c2", true)
+                .iter()
+                .all(|n| n == "pv-a")
+        );
+    }
+
+    #[test]
+    fn a_relist_replaces_the_index_only_when_complete() {
+        let index = VolumesByClaim::default();
+        index.apply(&watcher::Event::Apply(reserved("pv-a", Some("c1"))));
+        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::InitApply(reserved("pv-b", Some("c1"))));
+        // Until the relist is done, the previous list answers.
+        assert_eq!(index.candidates("ns", "c1", false), ["pv-a"]);
+        index.apply(&watcher::Event::InitDone);
+        // pv-a was deleted while the watch was down: the new list does not have it.
+        assert_eq!(index.candidates("ns", "c1", false), ["pv-b"]);
     }
 }

@@ -52,6 +52,7 @@ use std::time::Duration;
 use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
+use kube::runtime::WatchStreamExt as _;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
@@ -59,7 +60,7 @@ use kube::{Api, Client, ResourceExt as _};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use cache::Newest;
+use cache::{Newest, VolumesByClaim};
 use csi_common::events::EventRecorder;
 use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::QueueMetrics;
@@ -146,6 +147,8 @@ pub(crate) struct Context {
     /// The volume informer's cache plus our own writes (upstream's `ctrl.volumes`), what
     /// claim syncs match against.
     volumes: Newest<PersistentVolume>,
+    /// The volumes of `volumes` by the claim they are reserved for.
+    volumes_by_claim: Arc<VolumesByClaim>,
     /// The StorageClass informer's cache (upstream's `classLister`).
     classes: Store<StorageClass>,
     /// Claims to sync, taken by the single claim worker (upstream's `claimQueue`).
@@ -267,25 +270,22 @@ fn claim_of_volume(volume: &PersistentVolume) -> Option<ObjectRef<PersistentVolu
 /// The volumes a claim change concerns: the volume it names (upstream's `deleteClaim`
 /// queues that one), and, once the claim is being deleted, every volume reserved for it, so a
 /// volume provisioned for a claim deleted before it bound is released at once rather than at
-/// its next resync. Only a deleting claim pays for the scan over every cached volume: a burst
-/// of new claims would otherwise scan all volumes at each of their events.
+/// its next resync.
 fn volumes_of_claim(
-    volumes: &Store<PersistentVolume>,
+    volumes: &VolumesByClaim,
     claim: &PersistentVolumeClaim,
 ) -> Vec<ObjectRef<PersistentVolume>> {
     let mut refs: Vec<ObjectRef<PersistentVolume>> = Vec::new();
     if objects::is_deleting(claim) {
-        // Compared in place: no name copied per volume.
-        let (name, namespace) = (claim.metadata.name.as_deref(), &claim.metadata.namespace);
+        let (namespace, name) = (
+            claim.metadata.namespace.as_deref().unwrap_or_default(),
+            claim.metadata.name.as_deref().unwrap_or_default(),
+        );
         refs.extend(
             volumes
-                .state()
+                .candidates(namespace, name, false)
                 .iter()
-                .filter(|v| {
-                    objects::claim_ref(v)
-                        .is_some_and(|r| r.name.as_deref() == name && &r.namespace == namespace)
-                })
-                .map(|v| ObjectRef::from_obj(&**v)),
+                .map(|v| ObjectRef::new(v)),
         );
     }
     let volume_name = objects::claim_volume_name(claim);
@@ -350,14 +350,24 @@ pub async fn run(
     let claims: Api<PersistentVolumeClaim> = Api::all(client.clone());
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
 
-    let volume_controller = Controller::new(volumes.clone(), wc());
-    let volume_store = volume_controller.store();
-    let cached_volumes = volume_store.clone();
-    let volume_controller = volume_controller
-        .watches(claims.clone(), wc(), move |claim: PersistentVolumeClaim| {
-            volumes_of_claim(&volume_store, &claim)
-        })
-        .graceful_shutdown_on(shutdown.clone());
+    // The volume informer, as `Controller::new` builds it, with the index fed from its events.
+    let volumes_by_claim = Arc::new(VolumesByClaim::default());
+    let (cached_volumes, volume_writer) = reflector::store();
+    let index = volumes_by_claim.clone();
+    let volume_events = watcher(volumes.clone(), wc()).inspect(move |event| {
+        if let Ok(event) = event {
+            index.apply(event);
+        }
+    });
+    let index = volumes_by_claim.clone();
+    let volume_controller = Controller::for_stream(
+        reflector::reflector(volume_writer, volume_events).applied_objects(),
+        cached_volumes.clone(),
+    )
+    .watches(claims.clone(), wc(), move |claim: PersistentVolumeClaim| {
+        volumes_of_claim(&index, &claim)
+    })
+    .graceful_shutdown_on(shutdown.clone());
 
     let claim_controller = Controller::new(claims, wc());
     let claim_store = claim_controller.store();
@@ -404,6 +414,7 @@ pub async fn run(
         claim_syncs,
         claims: Newest::new(cached_claims),
         volumes: Newest::new(cached_volumes),
+        volumes_by_claim,
         classes: class_store,
         claim_queue: claim_queue.clone(),
         volume_queue: volume_queue.clone(),
