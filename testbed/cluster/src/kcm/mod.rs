@@ -318,25 +318,6 @@ fn claims_of_pod(pod: Pod) -> Vec<ObjectRef<PersistentVolumeClaim>> {
         .collect()
 }
 
-/// The class informer (upstream's `classLister`): its store, and the future that keeps it
-/// until `shutdown`. The claim controller's own watch of classes keeps no store.
-fn class_informer(
-    client: Client,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> (Store<StorageClass>, impl Future<Output = ()>) {
-    let (store, writer) = reflector::store();
-    let api = Api::<StorageClass>::all(client);
-    let informer = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-        .take_until(shutdown)
-        .for_each(|event| {
-            if let Err(err) = event {
-                tracing::debug!(informer = "class", error = %err, "watch event");
-            }
-            std::future::ready(())
-        });
-    (store, informer)
-}
-
 /// Runs the binder and the protection controllers until `shutdown` resolves, then lets
 /// running syncs finish; claim syncs are recorded in `claim_syncs`.
 pub async fn run(
@@ -369,6 +350,7 @@ pub async fn run(
     })
     .graceful_shutdown_on(shutdown.clone());
 
+    let (class_store, class_writer) = reflector::store();
     let claim_controller = Controller::new(claims, wc());
     let claim_store = claim_controller.store();
     let cached_claims = claim_store.clone();
@@ -376,9 +358,14 @@ pub async fn run(
         .watches(volumes, wc(), |volume: PersistentVolume| {
             claim_of_volume(&volume)
         })
-        .watches(
-            Api::<StorageClass>::all(client.clone()),
-            wc(),
+        .watches_stream(
+            // The class informer (upstream's `classLister`) is also the trigger of claim syncs
+            // on class changes: one watch of classes for both.
+            reflector::reflector(
+                class_writer,
+                watcher(Api::<StorageClass>::all(client.clone()), wc()),
+            )
+            .touched_objects(),
             move |class: StorageClass| {
                 let name = class.name_any();
                 claim_store
@@ -392,7 +379,6 @@ pub async fn run(
         .watches(Api::<Pod>::all(client.clone()), wc(), claims_of_pod)
         .graceful_shutdown_on(shutdown.clone());
 
-    let (class_store, classes) = class_informer(client.clone(), shutdown.clone());
     // The writer ends once the controllers and the workers (and with them every recorder
     // clone) are gone.
     let (recorder, events) = EventRecorder::new(client.clone(), COMPONENT.to_owned());
@@ -447,7 +433,7 @@ pub async fn run(
         claim_queue.shut_down();
         volume_queue.shut_down();
     };
-    futures::join!(controllers, workers, events, classes);
+    futures::join!(controllers, workers, events);
 }
 
 /// A running controller-manager stand-in (spawned on the current Tokio runtime) plus the
