@@ -212,30 +212,31 @@ pub async fn rest_config(config: &KubeClientConfig) -> Result<kube::Config> {
 
 /// Builds a client for `config`: kube's default stack (TLS, authentication, retries of
 /// 429/503/504) behind a fresh [`RateLimitLayer`], so every request but a watch takes a token
-/// first, as client-go's rate limiter does.
+/// first, as client-go's rate limiter does; with a `fence`, writes stop when it closes (the
+/// main client of a sidecar under leader election, see [`layered`]).
 ///
 /// Each call has its own token bucket; call it again for the leader-election client.
-pub async fn client(config: &KubeClientConfig) -> Result<kube::Client> {
+pub async fn client(config: &KubeClientConfig, fence: Option<&Fence>) -> Result<kube::Client> {
     let rate_limit = RateLimitLayer::new(config.qps, config.burst)?;
     let kube_config = rest_config(config).await?;
-    let builder = client_builder(kube_config)?;
-    Ok(builder.with_layer(&rate_limit).build())
+    Ok(layered(client_builder(kube_config)?, &rate_limit, fence))
 }
 
-/// [`client`] whose writes stop when `fence` closes: the main client of a sidecar under
-/// leader election. The fence is checked when a request leaves the token bucket, so a write
-/// that waited for its token is not sent after leadership ended.
-///
-/// # Errors
-/// As [`client`].
-pub async fn fenced_client(config: &KubeClientConfig, fence: &Fence) -> Result<kube::Client> {
-    let rate_limit = RateLimitLayer::new(config.qps, config.burst)?;
-    let kube_config = rest_config(config).await?;
-    let builder = client_builder(kube_config)?;
-    Ok(builder
-        .with_layer(&FenceLayer::new(fence.clone()))
-        .with_layer(&rate_limit)
-        .build())
+/// The client of `builder` behind `rate_limit` and, when given, a [`FenceLayer`] below the
+/// bucket: the fence is checked when a request leaves the bucket, so a write that waited for
+/// its token is not sent after leadership ended.
+pub fn layered(
+    builder: ClientBuilder<GenericService>,
+    rate_limit: &RateLimitLayer,
+    fence: Option<&Fence>,
+) -> kube::Client {
+    match fence {
+        Some(fence) => builder
+            .with_layer(&FenceLayer::new(fence.clone()))
+            .with_layer(rate_limit)
+            .build(),
+        None => builder.with_layer(rate_limit).build(),
+    }
 }
 
 /// How long an idle connection to the API server stays in the pool: client-go's

@@ -290,7 +290,7 @@ fn kubeconfig_yaml(server: &str, with_current_context: bool) -> String {
 
 /// The error `client()` returns (kube::Client has no Debug, so no `unwrap_err`).
 async fn client_error(config: &KubeClientConfig) -> Error {
-    match kube_client::client(config).await {
+    match kube_client::client(config, None).await {
         Ok(_) => panic!("client() unexpectedly succeeded"),
         Err(err) => err,
     }
@@ -309,7 +309,7 @@ fn config(kubeconfig: Option<&Path>, env: Option<&Path>) -> KubeClientConfig {
 #[tokio::test]
 async fn client_talks_to_the_kubeconfig_server_with_the_user_agent() {
     let server = LocalServer::start().await;
-    let client = kube_client::client(&config(Some(&server.kubeconfig), None))
+    let client = kube_client::client(&config(Some(&server.kubeconfig), None), None)
         .await
         .unwrap();
     get(&client).await;
@@ -326,7 +326,7 @@ async fn kubeconfig_env_overrides_the_flag() {
     let missing = server.kubeconfig.with_file_name("missing");
 
     // The flag names a missing file, KUBECONFIG the good one: KUBECONFIG wins.
-    let client = kube_client::client(&config(Some(&missing), Some(&server.kubeconfig)))
+    let client = kube_client::client(&config(Some(&missing), Some(&server.kubeconfig)), None)
         .await
         .unwrap();
     get(&client).await;
@@ -370,8 +370,8 @@ async fn each_client_call_gets_its_own_token_bucket() {
         burst: 1,
         ..config(Some(&server.kubeconfig), None)
     };
-    let main = kube_client::client(&slow).await.unwrap();
-    let leader_election = kube_client::client(&slow).await.unwrap();
+    let main = kube_client::client(&slow, None).await.unwrap();
+    let leader_election = kube_client::client(&slow, None).await.unwrap();
 
     get(&main).await;
     // The main client's bucket is empty now; the second client's is not.

@@ -92,7 +92,7 @@ use crate::capabilities::{ControllerCapabilities, PluginCapabilities};
 use crate::connection::{self, ConnectOptions, Connection, ConnectionLoss};
 use crate::fence::Fence;
 use crate::http::{self, HealthCheck};
-use crate::kube_client::{self, FenceLayer, KubeClientConfig, RateLimitLayer};
+use crate::kube_client::{self, KubeClientConfig, RateLimitLayer};
 use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeaderHealth};
 use crate::metrics::{self, CsiMetrics, ProcessMetrics, ScrapeMetrics};
 use crate::workqueue::metrics::WorkQueueMetrics;
@@ -619,11 +619,9 @@ async fn kube_client(
         user_agent: format!("{}/{}", config.component, crate::version::version()),
     };
     let Some(master) = &kube.master else {
-        let client = match fence {
-            Some(fence) => kube_client::fenced_client(&client_config, fence).await,
-            None => kube_client::client(&client_config).await,
-        };
-        return client.map_err(Error::KubeClient);
+        return kube_client::client(&client_config, fence)
+            .await
+            .map_err(Error::KubeClient);
     };
     let url: ::http::Uri = master.parse().map_err(|_| Error::Master(master.clone()))?;
     let mut kube_config = if client_config.kubeconfig_path().is_some() {
@@ -637,13 +635,7 @@ async fn kube_client(
     let layer =
         RateLimitLayer::new(client_config.qps, client_config.burst).map_err(Error::KubeClient)?;
     let builder = kube_client::client_builder(kube_config).map_err(Error::KubeClient)?;
-    Ok(match fence {
-        Some(fence) => builder
-            .with_layer(&FenceLayer::new(fence.clone()))
-            .with_layer(&layer)
-            .build(),
-        None => builder.with_layer(&layer).build(),
-    })
+    Ok(kube_client::layered(builder, &layer, fence))
 }
 
 #[cfg(test)]
