@@ -43,6 +43,7 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tower::Layer as _;
 
+use crate::fence::Fence;
 use crate::metrics::CsiMetrics;
 use crate::rpc_log::{CallLogging, MAX_GRPC_TIMEOUT, RpcLog, RpcLogLayer};
 
@@ -174,7 +175,7 @@ impl fmt::Display for CsiAddress {
 ///
 /// `Default` gives upstream's defaults: a 30 s connect timeout, no per-call deadline beyond what
 /// callers set on each request, no call logging.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ConnectOptions {
     /// How long to wait for the driver socket; `None` waits forever (livenessprobe at start-up).
     /// Upstream default: 30 s ([`ConnectOptions::DEFAULT_CONNECT_TIMEOUT`]).
@@ -188,6 +189,9 @@ pub struct ConnectOptions {
     pub max_grpc_log_length: Option<usize>,
     /// Log every call and response, secrets stripped (upstream does at `-v=5` and above).
     pub log_calls: bool,
+    /// The leader's fence: calls that change volumes are not sent once it has closed (see
+    /// [`crate::rpc_log`]). `None` for sidecars that elect no leader.
+    pub fence: Option<Fence>,
 }
 
 impl ConnectOptions {
@@ -225,6 +229,13 @@ impl ConnectOptions {
         self
     }
 
+    /// Sets [`ConnectOptions::fence`].
+    #[must_use]
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
     fn call_logging(&self) -> CallLogging {
         if self.log_calls {
             CallLogging::On {
@@ -247,6 +258,7 @@ impl Default for ConnectOptions {
             call_timeout: Self::NO_CALL_TIMEOUT,
             max_grpc_log_length: None,
             log_calls: false,
+            fence: None,
         }
     }
 }
@@ -406,7 +418,12 @@ pub async fn connect(
         }
     };
 
-    let layer = RpcLogLayer::new(metrics, options.call_deadline(), options.call_logging());
+    let layer = RpcLogLayer::new(
+        metrics,
+        options.call_deadline(),
+        options.call_logging(),
+        options.fence.clone(),
+    );
     let connection = Connection {
         channel: layer.layer(channel),
         address: address.clone(),

@@ -11,12 +11,21 @@
 //! holds it open until the instant its leadership ends at the latest (the last successful
 //! renewal plus the retry period and the renew deadline, see `leader`'s `timing` module), and a
 //! client built with [`FenceLayer`](crate::kube_client::FenceLayer) refuses every write once
-//! that instant has passed, whatever task runs first.
+//! that instant has passed, whatever task runs first. The CSI connection does the same for the
+//! calls that change the driver's volumes ([`RpcLogLayer`](crate::rpc_log::RpcLogLayer)): a
+//! ControllerPublishVolume the thawed leader sends after the new leader has unpublished the
+//! volume (its VolumeAttachment deleted meanwhile) would leave it published with nobody to
+//! undo it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::time::Instant;
+
+/// Why a write was not sent: the [`Fence`] it passes had closed.
+#[derive(Debug, thiserror::Error)]
+#[error("not sent: this replica is no longer the leader (its lease ended at its renew deadline)")]
+pub struct NotLeading;
 
 /// `until` of a fence that no elector holds: always open.
 const OPEN: u64 = u64::MAX;

@@ -25,7 +25,7 @@ use kube::client::retry::RetryPolicy;
 use kube::client::{ClientBuilder, ConfigExt as _, DynBody};
 use kube::config::{InClusterError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 
-use crate::fence::Fence;
+use crate::fence::{Fence, NotLeading};
 use tokio::time::Instant;
 use tower::ServiceBuilder;
 use tower::buffer::Buffer;
@@ -309,11 +309,6 @@ pub fn client_builder_with_idle_timeout(
 /// re-exported), so both builders give one type.
 pub type GenericService =
     BoxService<http::Request<kube::client::Body>, http::Response<Box<DynBody>>, BoxError>;
-
-/// Why a write was not sent: the [`Fence`] it passes had closed.
-#[derive(Debug, thiserror::Error)]
-#[error("not sent: this replica is no longer the leader (its lease ended at its renew deadline)")]
-pub struct NotLeading;
 
 /// Refuses every request but a GET (reads, lists and watches) once its [`Fence`] has
 /// closed, with [`NotLeading`]; see the fence's documentation for why the check is made

@@ -23,6 +23,14 @@
 //!   [`proto::sanitize::sanitized_json_by_name`], which replaces every field marked `csi_secret`
 //!   with `***stripped***`; a message that cannot be decoded is never logged raw. Bodies are only
 //!   buffered while logging is on (CSI calls are unary, so that is one small message each way).
+//! - **Fence.** With a [`Fence`] (controller sidecars under leader election), a call that
+//!   changes the driver's volumes or snapshots is not sent once the fence has closed: it fails
+//!   with `Unavailable` (retryable, never final, so no controller takes it for the driver's
+//!   answer) and the [`NotLeading`] text, is logged, and is not observed in the metrics, since
+//!   the driver never saw it. Reads (capabilities, capacity, listings) and Identity calls go
+//!   on. The check is made after the wait for the connection, when the call would leave; see
+//!   the [fence](crate::fence) for why. Upstream has no such check: a leader thawed after a
+//!   freeze can still send a call from work scheduled before its renewal task runs.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -41,6 +49,7 @@ use tonic::body::Body;
 use tonic::{Code, Status};
 use tower::{Layer, Service, ServiceExt as _};
 
+use crate::fence::{Fence, NotLeading};
 use crate::metrics::CsiMetrics;
 
 /// The gRPC deadline header (gRPC over HTTP/2 spec: `grpc-timeout`).
@@ -57,6 +66,30 @@ pub const DEADLINE_EXCEEDED_MESSAGE: &str = "context deadline exceeded";
 const CANCELED_MESSAGE: &str = "context canceled";
 const MISSING_STATUS_MESSAGE: &str = "server closed the stream without a grpc-status";
 const UNDECODABLE_MESSAGE: &str = "<message cannot be decoded for logging>";
+
+/// The Controller and GroupController methods that only read (CSI spec, "Controller Service
+/// RPC" and "Group Controller Service RPC"): the only ones of those two services a replica
+/// whose fence has closed still sends. Every other method of theirs creates, deletes,
+/// publishes, expands or modifies something, and so does any method a later CSI version adds
+/// until it is listed here (a test checks this list against the descriptors in `proto`).
+const READ_ONLY_METHODS: [&str; 9] = [
+    "/csi.v1.Controller/ValidateVolumeCapabilities",
+    "/csi.v1.Controller/ListVolumes",
+    "/csi.v1.Controller/GetCapacity",
+    "/csi.v1.Controller/ControllerGetCapabilities",
+    "/csi.v1.Controller/ListSnapshots",
+    "/csi.v1.Controller/GetSnapshot",
+    "/csi.v1.Controller/ControllerGetVolume",
+    "/csi.v1.GroupController/GroupControllerGetCapabilities",
+    "/csi.v1.GroupController/GetVolumeGroupSnapshot",
+];
+
+/// Whether a call to `path` changes what the driver holds, so that only the leader may send it.
+/// Identity calls (the probes) and Node calls (node sidecars elect no leader) never do.
+fn changes_volumes(path: &str) -> bool {
+    (path.starts_with("/csi.v1.Controller/") || path.starts_with("/csi.v1.GroupController/"))
+        && !READ_ONLY_METHODS.contains(&path)
+}
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -86,6 +119,8 @@ struct Shared {
     call_timeout: Option<Duration>,
     /// `None` when call logging is off.
     log: Option<CallLog>,
+    /// `None` when this replica never stops leading (no leader election).
+    fence: Option<Fence>,
 }
 
 #[derive(Debug)]
@@ -96,12 +131,19 @@ struct CallLog {
 
 impl RpcLogLayer {
     /// A layer recording into `metrics`, ending each call after `call_timeout` (`None`: only the
-    /// caller's `grpc-timeout`, if any), logging as `logging` says.
-    pub fn new(metrics: CsiMetrics, call_timeout: Option<Duration>, logging: CallLogging) -> Self {
+    /// caller's `grpc-timeout`, if any), logging as `logging` says, and sending the calls that
+    /// change volumes only while `fence`, if any, is open.
+    pub fn new(
+        metrics: CsiMetrics,
+        call_timeout: Option<Duration>,
+        logging: CallLogging,
+        fence: Option<Fence>,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 metrics,
                 call_timeout,
+                fence,
                 log: match logging {
                     CallLogging::Off => None,
                     CallLogging::On {
@@ -206,9 +248,20 @@ where
         };
     }
 
+    let fence = shared
+        .fence
+        .as_ref()
+        .filter(|_| changes_volumes(&record.method));
     let exchange = async {
         inner.ready().await.map_err(transport_status)?;
-        inner.call(request).await.map_err(transport_status)
+        if fence.is_some_and(|fence| !fence.is_open()) {
+            return Ok(None);
+        }
+        inner
+            .call(request)
+            .await
+            .map(Some)
+            .map_err(transport_status)
     };
     let outcome = match deadline {
         Some(deadline) => tokio::time::timeout_at(deadline, exchange)
@@ -217,7 +270,13 @@ where
         None => exchange.await,
     };
     let response = match outcome {
-        Ok(response) => response,
+        Ok(Some(response)) => response,
+        Ok(None) => {
+            let status = Status::unavailable(NotLeading.to_string());
+            tracing::debug!(method = %record.method, "CSI call not sent: no longer the leader");
+            record.finish_unsent(status.code(), status.message());
+            return Err(status);
+        }
         Err(status) => {
             record.finish(status.code(), status.message());
             return Err(status);
@@ -367,10 +426,22 @@ impl CallRecord {
         if self.finished {
             return;
         }
-        self.finished = true;
         self.shared
             .metrics
             .record_operation(&self.method, Some(code), self.start.elapsed());
+        self.end(code, message);
+    }
+
+    /// Ends a call the driver never saw: logged like any other, but not observed (upstream's
+    /// interceptor observes only what it sent).
+    fn finish_unsent(&mut self, code: Code, message: &str) {
+        if !self.finished {
+            self.end(code, message);
+        }
+    }
+
+    fn end(&mut self, code: Code, message: &str) {
+        self.finished = true;
         if let Some(log) = &self.shared.log {
             let message_type = log.types.get(&self.method, Direction::Response);
             let rendered = render_message(message_type, &self.response);

@@ -10,7 +10,8 @@ use prost::Message as _;
 use proto::csi::v1::controller_client::ControllerClient;
 use proto::csi::v1::identity_client::IdentityClient;
 use proto::csi::v1::{
-    CreateVolumeRequest, CreateVolumeResponse, ProbeRequest, ProbeResponse, Volume,
+    ControllerGetCapabilitiesRequest, CreateVolumeRequest, CreateVolumeResponse, ProbeRequest,
+    ProbeResponse, Volume,
 };
 
 use super::*;
@@ -142,7 +143,7 @@ fn layer(
     call_timeout: Option<Duration>,
     logging: CallLogging,
 ) -> RpcLogLayer {
-    RpcLogLayer::new(metrics.clone(), call_timeout, logging)
+    RpcLogLayer::new(metrics.clone(), call_timeout, logging, None)
 }
 
 #[tokio::test]
@@ -573,4 +574,130 @@ async fn nothing_is_logged_when_call_logging_is_off() {
     let text = logs.text();
     assert!(!text.contains("GRPC call"), "{text}");
     assert!(!text.contains("GRPC response"), "{text}");
+}
+
+/// Every Controller and GroupController method that creates, deletes, publishes, expands or
+/// modifies something (CSI spec v1.12).
+const WRITING_METHODS: [&str; 10] = [
+    "/csi.v1.Controller/CreateVolume",
+    "/csi.v1.Controller/DeleteVolume",
+    "/csi.v1.Controller/ControllerPublishVolume",
+    "/csi.v1.Controller/ControllerUnpublishVolume",
+    "/csi.v1.Controller/CreateSnapshot",
+    "/csi.v1.Controller/DeleteSnapshot",
+    "/csi.v1.Controller/ControllerExpandVolume",
+    "/csi.v1.Controller/ControllerModifyVolume",
+    "/csi.v1.GroupController/CreateVolumeGroupSnapshot",
+    "/csi.v1.GroupController/DeleteVolumeGroupSnapshot",
+];
+
+#[test]
+fn only_the_controller_calls_that_change_volumes_are_fenced() {
+    for path in WRITING_METHODS {
+        assert!(changes_volumes(path), "{path}");
+    }
+    for path in READ_ONLY_METHODS.iter().copied().chain([
+        PROBE,
+        "/csi.v1.Identity/GetPluginInfo",
+        "/csi.v1.Identity/GetPluginCapabilities",
+        "/csi.v1.Node/NodePublishVolume",
+        "/csi.v1.Node/NodeGetInfo",
+        "/pluginregistration.Registration/GetInfo",
+        "garbage",
+    ]) {
+        assert!(!changes_volumes(path), "{path}");
+    }
+    // A method of those services nobody has classified is a write until it is listed.
+    assert!(changes_volumes("/csi.v1.Controller/SomeFutureMethod"));
+}
+
+#[test]
+fn every_controller_method_of_the_descriptors_is_classified() {
+    let types = MessageTypes::csi();
+    let mut in_descriptors: Vec<&str> = types
+        .by_path
+        .keys()
+        .map(String::as_str)
+        .filter(|path| {
+            path.starts_with("/csi.v1.Controller/") || path.starts_with("/csi.v1.GroupController/")
+        })
+        .collect();
+    in_descriptors.sort_unstable();
+    let mut classified: Vec<&str> = READ_ONLY_METHODS
+        .iter()
+        .chain(&WRITING_METHODS)
+        .copied()
+        .collect();
+    classified.sort_unstable();
+    assert_eq!(
+        in_descriptors, classified,
+        "a CSI method was added or renamed: list it as read-only or writing"
+    );
+}
+
+#[tokio::test]
+async fn a_closed_fence_stops_the_calls_that_change_volumes_and_lets_reads_through() {
+    let (logs, _guard) = csi_common::test_support::logs::capture();
+    let metrics = metrics();
+    let fence = Fence::new();
+    let (inner, seen) = scripted(create_volume_reply(3));
+    let layer = RpcLogLayer::new(
+        metrics.clone(),
+        None,
+        CallLogging::On {
+            max_response_length: None,
+        },
+        Some(fence.clone()),
+    );
+    let mut controller = ControllerClient::new(layer.clone().layer(inner.clone()));
+
+    // Open (leading): sent.
+    controller
+        .create_volume(create_volume_request())
+        .await
+        .unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 1);
+
+    fence.close();
+    let status = controller
+        .create_volume(create_volume_request())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(status.message(), NotLeading.to_string());
+    assert_eq!(seen.lock().unwrap().len(), 1, "the driver saw the call");
+    assert_eq!(
+        count(&metrics, CREATE_VOLUME, "OK"),
+        Some(1),
+        "{:?}",
+        all_counts(&metrics)
+    );
+    assert_eq!(all_counts(&metrics).len(), 1, "{:?}", all_counts(&metrics));
+    let text = logs.text();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("GRPC response") && l.contains("code = Unavailable")),
+        "{text}"
+    );
+
+    // Reads and probes still go out (what the scripted driver answers them does not matter).
+    let _ = controller
+        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
+        .await;
+    let mut identity = IdentityClient::new(layer.layer(inner));
+    let _ = identity.probe(ProbeRequest {}).await;
+    let paths: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(p, _)| p.clone())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            CREATE_VOLUME,
+            "/csi.v1.Controller/ControllerGetCapabilities",
+            PROBE
+        ]
+    );
 }

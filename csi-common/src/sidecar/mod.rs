@@ -344,7 +344,8 @@ impl Sidecar {
         let options = ConnectOptions::default()
             .with_call_timeout(config.timeout)
             .with_call_logging(config.settings.log_grpc_calls)
-            .with_max_grpc_log_length(config.max_grpc_log_length);
+            .with_max_grpc_log_length(config.max_grpc_log_length)
+            .with_fence(fence.clone());
         let shutdown = shutdown.boxed().shared();
         let (connection, loss) = tokio::select! {
             connected = connection::connect(&config.settings.csi_address, options, metrics.clone()) => {
