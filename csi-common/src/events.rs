@@ -3,7 +3,7 @@
 //!
 //! [`EventRecorder::event`] never blocks the controllers: events go through a bounded channel
 //! (client-go's broadcaster drops events when its 1000-slot queue is full, so do we) to one
-//! writer task. The writer runs every event through the [`Correlator`]:
+//! writer task. The writer runs every event, in order, through the [`Correlator`]:
 //!
 //! * spam filter: per (source, object, type, reason, message) token bucket, burst 25, one token
 //!   per 5 minutes (client-go `EventSourceObjectSpamFilter`); events over it are dropped;
@@ -16,6 +16,8 @@
 //!   Go provisioner sends (fixtures: traffic/go-sidecar-requests.txt).
 //!
 //! A PATCH of an Event that expired meanwhile (404) falls back to creating it, as client-go does.
+//! Unlike client-go, which writes one Event at a time, the writer keeps several writes in flight
+//! (one per Event, in order), so a burst of events is not dropped for want of round trips.
 //!
 //! Every controller sidecar records its events through this one recorder:
 //!
@@ -37,10 +39,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+
+use writer::write_events;
+
+mod writer;
 
 /// client-go `maxQueuedEvents`: events beyond this many waiting to be written are dropped.
 pub const QUEUE_LENGTH: usize = 1000;
@@ -56,10 +61,6 @@ pub const SPAM_BURST: f64 = 25.0;
 pub const SPAM_QPS: f64 = 1.0 / 300.0;
 /// Prefix of an aggregated Event's message.
 pub const AGGREGATED_PREFIX: &str = "(combined from similar events): ";
-/// How often a failed write is tried (client-go tries 12 times, 10 s apart; with one writer
-/// task that would stall every other event for two minutes).
-const WRITE_ATTEMPTS: u32 = 3;
-const WRITE_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// The Event `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -513,79 +514,6 @@ fn message_hash(message: &str) -> u64 {
     let mut hasher = DefaultHasher::new();
     message.hash(&mut hasher);
     hasher.finish()
-}
-
-/// The writer task: correlates and writes events one at a time until every sender is gone.
-async fn write_events(client: Client, component: String, mut rx: mpsc::Receiver<NewEvent>) {
-    let mut correlator = Correlator::new(component);
-    while let Some(event) = rx.recv().await {
-        let action = correlator.correlate(&event, Timestamp::now(), Instant::now());
-        write(&client, action).await;
-    }
-}
-
-async fn write(client: &Client, action: Action) {
-    match action {
-        Action::Drop => {}
-        Action::Create(event) => create(client, *event).await,
-        Action::Patch {
-            namespace,
-            name,
-            patch,
-            fallback,
-        } => {
-            let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-            for attempt in 1..=WRITE_ATTEMPTS {
-                match api
-                    .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
-                    .await
-                {
-                    Ok(_) => return,
-                    Err(kube::Error::Api(status)) if status.code == 404 => {
-                        create(client, *fallback).await;
-                        return;
-                    }
-                    Err(err) if attempt < WRITE_ATTEMPTS && retryable(&err) => {
-                        tokio::time::sleep(WRITE_RETRY_DELAY).await;
-                    }
-                    Err(err) => {
-                        tracing::warn!(event = %name, error = %crate::kube_client::error_text(&err), "cannot update event");
-                        return;
-                    }
-                }
-            }
-        }
-    }
-}
-
-async fn create(client: &Client, event: Event) {
-    let namespace = event.metadata.namespace.clone().unwrap_or_default();
-    let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-    for attempt in 1..=WRITE_ATTEMPTS {
-        match api.create(&PostParams::default(), &event).await {
-            Ok(_) => return,
-            Err(kube::Error::Api(status)) if status.code == 409 => return,
-            Err(err) if attempt < WRITE_ATTEMPTS && retryable(&err) => {
-                tokio::time::sleep(WRITE_RETRY_DELAY).await;
-            }
-            Err(err) => {
-                tracing::warn!(
-                    reason = event.reason.as_deref().unwrap_or_default(),
-                    error = %crate::kube_client::error_text(&err),
-                    "cannot write event"
-                );
-                return;
-            }
-        }
-    }
-}
-
-/// Server errors, throttling and transport failures are worth another try; other 4xx are not.
-fn retryable(err: &kube::Error) -> bool {
-    match err {
-        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
-        _ => true,
-    }
 }
 
 /// A reference to `object` for an Event's `involvedObject`, as client-go's `reference.GetReference`

@@ -2,7 +2,8 @@ use super::*;
 
 const COMPONENT: &str = "hostpath.csi.k8s.io_vm_342aa73b-bed2-4d9c-b078-3bc38b998238";
 
-fn claim(name: &str) -> ObjectReference {
+/// A claim in namespace `fixtures` (also used by the writer's tests).
+pub(super) fn claim(name: &str) -> ObjectReference {
     ObjectReference {
         kind: Some("PersistentVolumeClaim".into()),
         namespace: Some("fixtures".into()),
