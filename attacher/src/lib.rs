@@ -21,7 +21,6 @@ mod source;
 
 use std::future::Future;
 
-use csi_common::events::EventRecorder;
 use csi_common::sidecar::{self, Sidecar, SidecarConfig};
 
 pub use csi_common::sidecar::Environment;
@@ -121,7 +120,7 @@ pub async fn run(
         .registry()
         .register(Box::new(backlog))
         .map_err(RunError::Metrics)?;
-    let (recorder, writer) = EventRecorder::new(sidecar.client.clone(), "csi-attacher".to_owned());
+    let (recorder, writer) = sidecar.event_recorder("csi-attacher".to_owned());
     background.spawn(writer);
     let deps = Deps {
         client: sidecar.client.clone(),

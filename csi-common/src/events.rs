@@ -17,7 +17,8 @@
 //!
 //! A PATCH of an Event that expired meanwhile (404) falls back to creating it, as client-go does.
 //! Unlike client-go, which writes one Event at a time, the writer keeps several writes in flight
-//! (one per Event, in order), so a burst of events is not dropped for want of round trips.
+//! (one per Event, in order) while the API client's token bucket has tokens to spare, so a burst
+//! of events is not dropped for want of round trips.
 //!
 //! Every controller sidecar records its events through this one recorder:
 //!
@@ -43,6 +44,7 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::kube_client::RateLimitLayer;
 use writer::write_events;
 
 mod writer;
@@ -103,10 +105,23 @@ pub struct EventRecorder {
 impl EventRecorder {
     /// A recorder whose events are written with `client` as `source.component` /
     /// `reportingComponent` `component`. Spawn the returned writer; it ends when every
-    /// recorder clone is dropped and the queue is drained.
+    /// recorder clone is dropped and the queue is drained. The writer knows nothing of
+    /// `client`'s token bucket and keeps as many writes in flight as it may; a sidecar's
+    /// recorder is made with [`EventRecorder::with_bucket`].
     pub fn new(client: Client, component: String) -> (Self, impl Future<Output = ()> + Send) {
+        Self::with_bucket(client, RateLimitLayer::unlimited(), component)
+    }
+
+    /// As [`EventRecorder::new`], for a `client` that draws from `bucket`: while the bucket
+    /// throttles, the writer keeps one write in flight, as client-go's, instead of reserving
+    /// the tokens the controllers' writes wait for.
+    pub fn with_bucket(
+        client: Client,
+        bucket: RateLimitLayer,
+        component: String,
+    ) -> (Self, impl Future<Output = ()> + Send) {
         let (tx, rx) = mpsc::channel(QUEUE_LENGTH);
-        (Self { tx }, write_events(client, component, rx))
+        (Self { tx }, write_events(client, bucket, component, rx))
     }
 
     /// A recorder and the receiving end, for tests that assert on recorded events.

@@ -392,6 +392,12 @@ impl Bucket {
         let wait = Duration::try_from_secs_f64(-self.tokens / self.qps).unwrap_or(Duration::MAX);
         now.checked_add(wait).unwrap_or(now)
     }
+
+    /// Whether a request reserving at `now` would be sent at once (takes nothing).
+    fn has_token(&self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        (self.tokens + elapsed * self.qps).min(self.burst) >= 1.0
+    }
 }
 
 /// A tower layer that rate-limits requests with a token bucket of client-go's semantics
@@ -439,6 +445,32 @@ impl RateLimitLayer {
     pub fn unlimited() -> Self {
         Self { bucket: None }
     }
+
+    /// Takes a token for a request the caller sends later, marked [`Reserved`], and returns
+    /// when it may be sent (now when a token was free), as every other request would in the
+    /// layer. A caller that decides by [`RateLimitLayer::has_token`] whether to make another
+    /// request reserves with this, so the next answer already counts that request.
+    pub fn reserve(&self) -> Instant {
+        let now = Instant::now();
+        self.bucket.as_ref().map_or(now, |bucket| {
+            bucket
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .reserve(now)
+        })
+    }
+
+    /// Whether a request made now would be sent at once rather than wait for its token (always,
+    /// without a limit). Nothing is taken: a background writer asks before it adds a request
+    /// the controllers' requests would have to queue behind.
+    pub fn has_token(&self) -> bool {
+        self.bucket.as_ref().is_none_or(|bucket| {
+            bucket
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .has_token(Instant::now())
+        })
+    }
 }
 
 impl<S> Layer<S> for RateLimitLayer
@@ -459,12 +491,17 @@ where
     }
 }
 
+/// The extension of a request whose token was taken with [`RateLimitLayer::reserve`]: the
+/// layer sends it without taking another.
+#[derive(Clone, Copy, Debug)]
+pub struct Reserved;
+
 /// Requests queued in front of kube's stack by [`RateLimitLayer`], as many as kube's own client
 /// buffer holds.
 const BUFFER_CAPACITY: usize = 1024;
 
-/// The service built by [`RateLimitLayer`]: every request except a watch takes a token from the
-/// bucket and waits for it before it is sent.
+/// The service built by [`RateLimitLayer`]: every request except a watch and one marked
+/// [`Reserved`] takes a token from the bucket and waits for it before it is sent.
 ///
 /// Watches are let through at once because client-go does so (`rest.Request.Watch` skips the
 /// rate limiter: a watch is one long-lived request, and throttling it only delays the stream an
@@ -531,7 +568,9 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         use futures::future::Either;
 
-        let Some(bucket) = self.bucket.as_ref().filter(|_| !is_watch(request.uri())) else {
+        let Some(bucket) = self.bucket.as_ref().filter(|_| {
+            !is_watch(request.uri()) && request.extensions().get::<Reserved>().is_none()
+        }) else {
             return Either::Left(self.inner.call(request));
         };
         let now = Instant::now();
@@ -558,6 +597,29 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn has_token_tells_whether_a_request_would_wait_and_takes_nothing() {
+        let layer = RateLimitLayer::new(2.0, 2).unwrap();
+        let bucket = layer.bucket.clone().unwrap();
+        let take = || bucket.lock().unwrap().reserve(Instant::now());
+        assert!(layer.has_token());
+        assert!(layer.has_token(), "asking takes no token");
+        take();
+        assert!(layer.has_token(), "one of the burst of two left");
+        take();
+        assert!(!layer.has_token(), "the burst is spent");
+        tokio::time::advance(Duration::from_millis(499)).await;
+        assert!(!layer.has_token());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(layer.has_token(), "a token is back 1/qps later");
+        take();
+        take();
+        assert!(!layer.has_token(), "a reservation ahead is a debt");
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert!(!layer.has_token(), "the refill paid the debt only");
+        assert!(RateLimitLayer::unlimited().has_token());
+    }
 
     #[test]
     fn kube_errors_read_as_client_go_prints_them() {

@@ -115,6 +115,28 @@ async fn a_burst_passes_at_once_and_later_requests_wait_one_over_qps() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_request_whose_token_was_reserved_takes_no_other() {
+    let recorder = Recorder::default();
+    let layer = RateLimitLayer::new(2.0, 1).unwrap();
+    let client = limited_client(&recorder, &layer);
+    let start = Instant::now();
+    // The caller takes the only token, then sends its request marked as reserved.
+    assert_eq!(layer.reserve(), start);
+    assert!(!layer.has_token(), "the reservation spent the burst");
+    let mut request = http::Request::get("/reserved").body(Vec::new()).unwrap();
+    request.extensions_mut().insert(kube_client::Reserved);
+    assert_eq!(client.request_text(request).await.unwrap(), "ok");
+    // Had the layer taken a second token for it, the next would come 1 s in, not 0.5 s.
+    assert_eq!(layer.reserve() - start, Duration::from_millis(500));
+    // An unmarked request queues behind that reservation.
+    get(&client).await;
+    assert_eq!(
+        recorder.arrivals_ms(start),
+        [(0, "/reserved".to_owned()), (1000, "/healthz".to_owned())]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn zero_qps_means_client_go_defaults_of_five_per_second_and_burst_ten() {
     let recorder = Recorder::default();
     let client = limited_client(&recorder, &RateLimitLayer::new(0.0, 0).unwrap());

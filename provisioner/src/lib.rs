@@ -33,7 +33,6 @@ mod vac;
 
 use std::future::Future;
 
-use csi_common::events::EventRecorder;
 use csi_common::metrics::{ProcessMetrics, ScrapeMetrics};
 use csi_common::sidecar::{self, CommonSettings, KLOG_FATAL_EXIT_CODE, Sidecar, SidecarConfig};
 use k8s_openapi::jiff::Timestamp;
@@ -153,7 +152,7 @@ pub async fn run(
         sidecar.environment().hostname,
         uuid_v4()
     );
-    let (recorder, writer) = EventRecorder::new(sidecar.client.clone(), component);
+    let (recorder, writer) = sidecar.event_recorder(component);
     tokio::spawn(writer);
     let deps = ControllerDeps {
         client: sidecar.client.clone(),

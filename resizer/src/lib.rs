@@ -27,7 +27,6 @@ mod transition;
 
 use std::future::Future;
 
-use csi_common::events::EventRecorder;
 use csi_common::sidecar::{self, Sidecar, SidecarConfig};
 use futures::FutureExt;
 
@@ -117,8 +116,7 @@ pub async fn run(
     for informer in informers {
         background.spawn(informer);
     }
-    let (recorder, writer) =
-        EventRecorder::new(sidecar.client.clone(), names::event_component(&driver.name));
+    let (recorder, writer) = sidecar.event_recorder(names::event_component(&driver.name));
     background.spawn(writer);
     let resize = mode.resizer.map(|resizer| Deps {
         client: sidecar.client.clone(),

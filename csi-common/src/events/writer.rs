@@ -4,10 +4,15 @@
 //! client-go's broadcaster writes one Event at a time (one goroutine drains its queue), so a
 //! sidecar that records events faster than one round trip each fills the 1000-slot queue and
 //! drops the rest: 3.8-4.9 k of 10 k in `bench` at `--kube-api-qps=5000` when this writer did
-//! the same. Here up to [`CONCURRENT_WRITES`] writes are in flight, so only the API client's
-//! token bucket (shared with the controllers, as in client-go) bounds them. Writes of one Event
-//! (its creation, then the patches counting its repeats) still reach the API server one after
-//! another, in order: a patch that overtook an earlier one would set an older count.
+//! the same. Here up to [`CONCURRENT_WRITES`] writes are in flight while the API client's token
+//! bucket has tokens to spare. Once the bucket throttles, one write at a time goes on, as in
+//! client-go: the bucket is shared with the controllers, and every write waiting for a token
+//! reserves one a controller's write would then queue behind (eight waiting Event writes would
+//! delay a PV by 1.6 s at the default `--kube-api-qps=5`). The writer takes each write's token
+//! itself when it starts the write ([`RateLimitLayer::reserve`]), so the next look at the bucket
+//! already counts it. Writes of one Event (its creation,
+//! then the patches counting its repeats) still reach the API server one after another, in
+//! order: a patch that overtook an earlier one would set an older count.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -18,21 +23,22 @@ use futures::stream::FuturesUnordered;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Client, Resource as _};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{Action, Correlator, NewEvent};
+use crate::kube_client::{RateLimitLayer, Reserved};
 
-/// How many Event writes may be in flight at once. More only queues requests behind the token
-/// bucket, where each waiting write takes a token a controller's write might have had.
+/// How many Event writes may be in flight at once while the bucket has tokens to spare.
 const CONCURRENT_WRITES: usize = 8;
 /// How often a failed write is tried. client-go tries 12 times, 10 s apart; this keeps a write
 /// the API server keeps refusing from holding one of the [`CONCURRENT_WRITES`] for two minutes.
 const WRITE_ATTEMPTS: u32 = 3;
 const WRITE_RETRY_DELAY: Duration = Duration::from_secs(1);
 
-/// Which writes may start: at most [`CONCURRENT_WRITES`], one per Event. An action for an Event
+/// Which writes may start: one per Event, and besides the first only while the bucket has a
+/// token to spare, at most [`CONCURRENT_WRITES`] in all. An action for an Event
 /// whose write is in flight waits for it; only the newest such action waits, since each carries
 /// the Event's whole state (a later patch's count, `lastTimestamp` and message supersede an
 /// earlier one's, and its fallback is the whole Event).
@@ -43,9 +49,10 @@ struct Writes {
 }
 
 impl Writes {
-    /// Whether another Event's write may start.
-    fn has_room(&self) -> bool {
-        self.in_flight.len() < CONCURRENT_WRITES
+    /// Whether another Event's write may start, given whether the bucket would send a request
+    /// at once.
+    fn has_room(&self, token_free: bool) -> bool {
+        self.in_flight.is_empty() || (token_free && self.in_flight.len() < CONCURRENT_WRITES)
     }
 
     /// Takes `action` for the Event `key`: returns it if it may start now, or keeps it until
@@ -90,20 +97,26 @@ fn event_key(action: &Action) -> Option<String> {
     }
 }
 
-/// Correlates events as they arrive and writes them until every sender is gone and every
-/// write has ended.
+/// Correlates events as they arrive and writes them with `client`, whose requests draw from
+/// `bucket`, until every sender is gone and every write has ended.
 pub(super) async fn write_events(
     client: Client,
+    bucket: RateLimitLayer,
     component: String,
     mut rx: mpsc::Receiver<NewEvent>,
 ) {
     let mut correlator = Correlator::new(component);
     let mut writes = Writes::default();
     let mut running = FuturesUnordered::new();
+    // Takes the write's first token at once, not when the write is first polled.
     let start = |key: String, action: Action| {
-        let client = client.clone();
+        let sender = Sender {
+            client: client.clone(),
+            bucket: bucket.clone(),
+        };
+        let first = bucket.reserve();
         async move {
-            write(&client, action).await;
+            sender.write(action, first).await;
             key
         }
     };
@@ -111,7 +124,7 @@ pub(super) async fn write_events(
     loop {
         tokio::select! {
             // No room: the events wait in the channel, which drops what does not fit.
-            event = rx.recv(), if open && writes.has_room() => {
+            event = rx.recv(), if open && writes.has_room(bucket.has_token()) => {
                 let Some(event) = event else {
                     open = false;
                     continue;
@@ -133,57 +146,89 @@ pub(super) async fn write_events(
     }
 }
 
-async fn write(client: &Client, action: Action) {
-    match action {
-        Action::Drop => {}
-        Action::Create(event) => create(client, *event).await,
-        Action::Patch {
-            namespace,
-            name,
-            patch,
-            fallback,
-        } => {
-            let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-            for attempt in 1..=WRITE_ATTEMPTS {
-                match api
+/// What a write needs: the client, and the bucket it takes each attempt's token from.
+struct Sender {
+    client: Client,
+    bucket: RateLimitLayer,
+}
+
+impl Sender {
+    /// Carries out `action`; its first request's token was reserved for `first`.
+    async fn write(&self, action: Action, first: Instant) {
+        match action {
+            Action::Drop => {}
+            Action::Create(event) => self.create(&event, first).await,
+            Action::Patch {
+                namespace,
+                name,
+                patch,
+                fallback,
+            } => {
+                let request = kube::core::Request::new(Event::url_path(&(), Some(&namespace)))
                     .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
-                    .await
-                {
-                    Ok(_) => return,
+                    .map_err(kube::Error::BuildRequest);
+                match self.send(request, first).await {
+                    Ok(()) => {}
+                    // Expired meanwhile: client-go creates it again.
                     Err(kube::Error::Api(status)) if status.code == 404 => {
-                        create(client, *fallback).await;
-                        return;
-                    }
-                    Err(err) if attempt < WRITE_ATTEMPTS && retryable(&err) => {
-                        tokio::time::sleep(WRITE_RETRY_DELAY).await;
+                        self.create(&fallback, self.bucket.reserve()).await;
                     }
                     Err(err) => {
                         tracing::warn!(event = %name, error = %crate::kube_client::error_text(&err), "cannot update event");
-                        return;
                     }
                 }
             }
         }
     }
-}
 
-async fn create(client: &Client, event: Event) {
-    let namespace = event.metadata.namespace.clone().unwrap_or_default();
-    let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-    for attempt in 1..=WRITE_ATTEMPTS {
-        match api.create(&PostParams::default(), &event).await {
-            Ok(_) => return,
-            Err(kube::Error::Api(status)) if status.code == 409 => return,
-            Err(err) if attempt < WRITE_ATTEMPTS && retryable(&err) => {
-                tokio::time::sleep(WRITE_RETRY_DELAY).await;
-            }
+    /// Creates `event`; the first request's token was reserved for `first`.
+    async fn create(&self, event: &Event, first: Instant) {
+        let namespace = event.metadata.namespace.as_deref().unwrap_or_default();
+        let request = serde_json::to_vec(event)
+            .map_err(kube::Error::SerdeError)
+            .and_then(|body| {
+                kube::core::Request::new(Event::url_path(&(), Some(namespace)))
+                    .create(&PostParams::default(), body)
+                    .map_err(kube::Error::BuildRequest)
+            });
+        match self.send(request, first).await {
+            Ok(()) => {}
+            // Written already, by an attempt whose answer was lost.
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(err) => {
                 tracing::warn!(
                     reason = event.reason.as_deref().unwrap_or_default(),
                     error = %crate::kube_client::error_text(&err),
                     "cannot write event"
                 );
-                return;
+            }
+        }
+    }
+
+    /// Sends `request`, the first time at `first`, the instant its token was reserved for, and
+    /// again while it fails in a way worth another try, up to [`WRITE_ATTEMPTS`] times, each
+    /// time with a token of its own. Every attempt is marked [`Reserved`], so the client's
+    /// bucket takes no second token for it.
+    async fn send(
+        &self,
+        request: Result<http::Request<Vec<u8>>, kube::Error>,
+        first: Instant,
+    ) -> Result<(), kube::Error> {
+        let request = request?;
+        let mut at = first;
+        let mut attempt = 1;
+        loop {
+            let mut marked = request.clone();
+            marked.extensions_mut().insert(Reserved);
+            tokio::time::sleep_until(at).await;
+            match self.client.request::<Event>(marked).await {
+                Ok(_) => return Ok(()),
+                Err(err) if attempt < WRITE_ATTEMPTS && retryable(&err) => {
+                    tokio::time::sleep(WRITE_RETRY_DELAY).await;
+                    at = self.bucket.reserve();
+                    attempt += 1;
+                }
+                Err(err) => return Err(err),
             }
         }
     }

@@ -90,6 +90,7 @@ use futures::future::{BoxFuture, Shared};
 
 use crate::capabilities::{ControllerCapabilities, PluginCapabilities};
 use crate::connection::{self, ConnectOptions, Connection, ConnectionLoss};
+use crate::events::EventRecorder;
 use crate::fence::Fence;
 use crate::http::{self, HealthCheck};
 use crate::kube_client::{self, KubeClientConfig, RateLimitLayer};
@@ -291,6 +292,8 @@ type SharedShutdown = Shared<BoxFuture<'static, ()>>;
 pub struct Sidecar {
     /// The main API client (rate limited by `--kube-api-qps` / `--kube-api-burst`).
     pub client: kube::Client,
+    /// The token bucket of [`Sidecar::client`].
+    rate_limit: RateLimitLayer,
     /// The driver connection; every call has `--timeout` as its deadline.
     pub connection: Connection,
     /// The driver's name and capabilities.
@@ -332,7 +335,7 @@ impl Sidecar {
     ) -> Result<Option<Self>> {
         // Open until the elector, if any, holds it (`run`).
         let fence = Fence::new();
-        let client = kube_client(&config, &environment, Some(&fence)).await?;
+        let (client, rate_limit) = kube_client(&config, &environment, Some(&fence)).await?;
         let metrics =
             CsiMetrics::with_scrape_metrics(config.process_metrics, config.scrape_metrics)
                 .map_err(Error::Metrics)?;
@@ -373,6 +376,7 @@ impl Sidecar {
         tracing::info!(driver = %driver.name, "Detected CSI driver");
         Ok(Some(Self {
             client,
+            rate_limit,
             connection,
             driver,
             metrics,
@@ -390,6 +394,15 @@ impl Sidecar {
         &self.environment
     }
 
+    /// An Event recorder writing with [`Sidecar::client`] as `component`, and its writer to
+    /// spawn (see [`EventRecorder::with_bucket`]): the writer shares the client's token bucket.
+    pub fn event_recorder(
+        &self,
+        component: String,
+    ) -> (EventRecorder, impl Future<Output = ()> + Send + use<>) {
+        EventRecorder::with_bucket(self.client.clone(), self.rate_limit.clone(), component)
+    }
+
     /// Another client like [`Sidecar::client`] (same kubeconfig, `--master` and User-Agent)
     /// with its own token bucket of `qps` and `burst`: csi-provisioner's capacity client
     /// (`--kube-api-capacity-qps` / `--kube-api-capacity-burst`). The main and the
@@ -401,7 +414,8 @@ impl Sidecar {
         let mut config = self.config.clone();
         config.settings.kube.qps = qps;
         config.settings.kube.burst = burst;
-        kube_client(&config, &self.environment, Some(&self.fence)).await
+        let (client, _) = kube_client(&config, &self.environment, Some(&self.fence)).await?;
+        Ok(client)
     }
 
     /// Steps 4-6 of the [module](self) docs: runs the future `controllers` makes from a
@@ -486,7 +500,7 @@ async fn elector(
     metrics: &CsiMetrics,
 ) -> Result<LeaderElector> {
     // Not fenced: it must write the Lease to lead at all.
-    let client = kube_client(config, environment, None).await?;
+    let (client, _) = kube_client(config, environment, None).await?;
     let mut le_config = LeaderElectionConfig::new(
         leader::lease_name(&format!("{}{driver}", config.lease_prefix)),
         environment.lease_namespace.clone(),
@@ -602,15 +616,15 @@ async fn serve_diagnostics(
     Ok(())
 }
 
-/// A client with the `--kube-api-qps` / `--kube-api-burst` bucket, honouring `KUBECONFIG`
-/// (when `main` passed it), `--kubeconfig` and `--master` like client-go's
+/// A client with the `--kube-api-qps` / `--kube-api-burst` bucket, and that bucket, honouring
+/// `KUBECONFIG` (when `main` passed it), `--kubeconfig` and `--master` like client-go's
 /// `BuildConfigFromFlags`: `--master` replaces the server URL of the kubeconfig, or stands
 /// alone without one.
 async fn kube_client(
     config: &SidecarConfig,
     environment: &Environment,
     fence: Option<&Fence>,
-) -> Result<kube::Client> {
+) -> Result<(kube::Client, RateLimitLayer)> {
     let kube = &config.settings.kube;
     let client_config = KubeClientConfig {
         kubeconfig: Some(PathBuf::from(&kube.kubeconfig)),
@@ -619,24 +633,27 @@ async fn kube_client(
         burst: kube.burst,
         user_agent: format!("{}/{}", config.component, crate::version::version()),
     };
-    let Some(master) = &kube.master else {
-        return kube_client::client(&client_config, fence)
-            .await
-            .map_err(Error::KubeClient);
-    };
-    let url: ::http::Uri = master.parse().map_err(|_| Error::Master(master.clone()))?;
-    let mut kube_config = if client_config.kubeconfig_path().is_some() {
-        kube_client::rest_config(&client_config)
-            .await
-            .map_err(Error::KubeClient)?
-    } else {
-        kube::Config::new(url.clone())
-    };
-    kube_config.cluster_url = url;
     let layer =
         RateLimitLayer::new(client_config.qps, client_config.burst).map_err(Error::KubeClient)?;
+    let kube_config = match &kube.master {
+        None => kube_client::rest_config(&client_config)
+            .await
+            .map_err(Error::KubeClient)?,
+        Some(master) => {
+            let url: ::http::Uri = master.parse().map_err(|_| Error::Master(master.clone()))?;
+            let mut kube_config = if client_config.kubeconfig_path().is_some() {
+                kube_client::rest_config(&client_config)
+                    .await
+                    .map_err(Error::KubeClient)?
+            } else {
+                kube::Config::new(url.clone())
+            };
+            kube_config.cluster_url = url;
+            kube_config
+        }
+    };
     let builder = kube_client::client_builder(kube_config).map_err(Error::KubeClient)?;
-    Ok(kube_client::layered(builder, &layer, fence))
+    Ok((kube_client::layered(builder, &layer, fence), layer))
 }
 
 #[cfg(test)]

@@ -209,7 +209,7 @@ fn no_environment() -> Environment {
 
 #[tokio::test]
 async fn master_alone_builds_a_client_without_a_kubeconfig() {
-    let client = kube_client(
+    let (client, _) = kube_client(
         &config_with_master("https://10.0.0.1:6443"),
         &no_environment(),
         Some(&Fence::new()),

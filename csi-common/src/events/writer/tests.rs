@@ -54,20 +54,48 @@ fn writes_of_one_event_run_one_at_a_time_and_only_the_newest_waits() {
 }
 
 #[test]
-fn at_most_the_concurrent_writes_are_in_flight() {
+fn at_most_the_concurrent_writes_are_in_flight_while_the_bucket_has_tokens() {
     let mut writes = Writes::default();
     for i in 0..CONCURRENT_WRITES {
-        assert!(writes.has_room(), "room for write {i}");
+        assert!(writes.has_room(true), "room for write {i}");
         assert!(writes.submit(format!("ns/{i}"), creation("x")).is_some());
     }
-    assert!(!writes.has_room());
+    assert!(!writes.has_room(true));
     // An action waiting for its Event's write takes no slot of its own.
     assert_eq!(writes.submit("ns/0".into(), patching("x", 2)), None);
     assert_eq!(writes.in_flight.len(), CONCURRENT_WRITES);
     assert_eq!(writes.done("ns/0"), Some(patching("x", 2)));
-    assert!(!writes.has_room(), "the waiting patch took the slot over");
+    assert!(
+        !writes.has_room(true),
+        "the waiting patch took the slot over"
+    );
     assert_eq!(writes.done("ns/0"), None);
-    assert!(writes.has_room());
+    assert!(writes.has_room(true));
+}
+
+#[test]
+fn a_throttling_bucket_leaves_one_write_in_flight() {
+    // (writes in flight, whether the bucket has a token to spare, whether another may start)
+    let cases = [
+        (0, false, true),
+        (0, true, true),
+        (1, false, false),
+        (1, true, true),
+        (CONCURRENT_WRITES - 1, false, false),
+        (CONCURRENT_WRITES - 1, true, true),
+        (CONCURRENT_WRITES, true, false),
+    ];
+    for (in_flight, token_free, room) in cases {
+        let mut writes = Writes::default();
+        for i in 0..in_flight {
+            writes.submit(format!("ns/{i}"), creation("x"));
+        }
+        assert_eq!(
+            writes.has_room(token_free),
+            room,
+            "{in_flight} in flight, token free: {token_free}"
+        );
+    }
 }
 
 #[test]
@@ -79,37 +107,49 @@ fn dropped_events_write_nothing_and_the_others_are_keyed_by_namespace_and_name()
 
 type ApiHandle = Handle<Request<Body>, Response<Body>>;
 
-/// A recorder whose writer talks to `handle`, which answers nothing until the test says so.
-fn recorder() -> (EventRecorder, ApiHandle, tokio::task::JoinHandle<()>) {
+/// A recorder whose writer talks through `bucket` to `handle`, which answers nothing until the
+/// test says so. Each request carries the instant it left the bucket.
+fn recorder(bucket: RateLimitLayer) -> (EventRecorder, ApiHandle, tokio::task::JoinHandle<()>) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let client = Client::new(service, "default");
-    let (recorder, writer) = EventRecorder::new(client, "test".into());
+    let stamped = tower::ServiceBuilder::new()
+        .map_request(|mut request: Request<Body>| {
+            request.extensions_mut().insert(Instant::now());
+            request
+        })
+        .service(service);
+    let client = Client::new(tower::Layer::layer(&bucket, stamped), "default");
+    let (recorder, writer) = EventRecorder::with_bucket(client, bucket, "test".into());
     (recorder, handle, tokio::spawn(writer))
 }
 
-/// The next request the writer sends, as method, path and JSON body. The timeout only turns a
-/// writer that never sends it into a failure instead of a hang.
-async fn next(
-    handle: &mut ApiHandle,
-) -> (
-    String,
-    String,
-    serde_json::Value,
-    SendResponse<Response<Body>>,
-) {
+/// A request the writer sent.
+struct Sent {
+    method: String,
+    path: String,
+    body: serde_json::Value,
+    /// When it left the bucket.
+    at: Instant,
+    respond: SendResponse<Response<Body>>,
+}
+
+/// The next request the writer sends. The timeout only turns a writer that never sends it into
+/// a failure instead of a hang.
+async fn next(handle: &mut ApiHandle) -> Sent {
     let (request, respond) = tokio::time::timeout(Duration::from_secs(30), handle.next_request())
         .await
         .expect("the writer sent no request")
         .expect("the client is gone");
     let method = request.method().to_string();
     let path = request.uri().path().to_owned();
+    let at = *request.extensions().get::<Instant>().unwrap();
     let bytes = request.into_body().collect_bytes().await.unwrap();
-    (
+    Sent {
         method,
         path,
-        serde_json::from_slice(&bytes).unwrap(),
+        body: serde_json::from_slice(&bytes).unwrap(),
+        at,
         respond,
-    )
+    }
 }
 
 /// Answers a write with the Event the API server would return (any Event parses).
@@ -118,28 +158,44 @@ fn answer(respond: SendResponse<Response<Body>>) {
     respond.send_response(Response::new(Body::from(body)));
 }
 
+fn failed(object: &str) -> NewEvent {
+    NewEvent {
+        object: claim(object),
+        type_: EventType::Warning,
+        reason: "ProvisioningFailed",
+        message: "no space".into(),
+    }
+}
+
+fn record(recorder: &EventRecorder, event: &NewEvent) {
+    recorder.event(
+        &event.object,
+        event.type_,
+        event.reason,
+        event.message.clone(),
+    );
+}
+
 #[tokio::test]
 async fn events_of_different_objects_are_written_concurrently() {
-    let (recorder, mut handle, writer) = recorder();
+    let (recorder, mut handle, writer) = recorder(RateLimitLayer::unlimited());
     for i in 0..CONCURRENT_WRITES {
-        recorder.event(
-            &claim(&format!("c{i}")),
-            EventType::Normal,
-            "Provisioning",
-            "started",
-        );
+        record(&recorder, &failed(&format!("c{i}")));
     }
     // Every write is sent while none has been answered: a writer that waited for each answer
     // would send only the first.
     let mut pending = Vec::new();
     for _ in 0..CONCURRENT_WRITES {
-        let (method, path, body, respond) = next(&mut handle).await;
-        assert_eq!(method, "POST");
-        assert_eq!(path, "/api/v1/namespaces/fixtures/events");
-        assert_eq!(body["reason"], "Provisioning");
+        let sent = next(&mut handle).await;
+        assert_eq!(sent.method, "POST");
+        assert_eq!(sent.path, "/api/v1/namespaces/fixtures/events");
+        assert_eq!(sent.body["reason"], "ProvisioningFailed");
         pending.push((
-            body["involvedObject"]["name"].as_str().unwrap().to_owned(),
-            respond,
+            sent.body["involvedObject"]["name"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+            sent.respond,
         ));
     }
     let mut objects: Vec<_> = pending.iter().map(|(object, _)| object.clone()).collect();
@@ -156,46 +212,37 @@ async fn events_of_different_objects_are_written_concurrently() {
 
 #[tokio::test]
 async fn writes_of_one_event_keep_their_order_and_the_newest_count_wins() {
-    let (recorder, mut handle, writer) = recorder();
-    recorder.event(
-        &claim("a"),
-        EventType::Warning,
-        "ProvisioningFailed",
-        "no space",
-    );
-    let (method, _, created, create_a) = next(&mut handle).await;
-    assert_eq!(method, "POST");
-    let name = created["metadata"]["name"].as_str().unwrap().to_owned();
+    let (recorder, mut handle, writer) = recorder(RateLimitLayer::unlimited());
+    record(&recorder, &failed("a"));
+    let create_a = next(&mut handle).await;
+    assert_eq!(create_a.method, "POST");
+    let name = create_a.body["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     // Two repeats while the creation is unanswered, then another object's event.
-    recorder.event(
-        &claim("a"),
-        EventType::Warning,
-        "ProvisioningFailed",
-        "no space",
-    );
-    recorder.event(
-        &claim("a"),
-        EventType::Warning,
-        "ProvisioningFailed",
-        "no space",
-    );
-    recorder.event(&claim("b"), EventType::Normal, "Provisioning", "started");
+    record(&recorder, &failed("a"));
+    record(&recorder, &failed("a"));
+    record(&recorder, &failed("b"));
 
     // b's event does not wait for a's; a's patches were recorded first and did not go out.
-    let (method, _, created_b, create_b) = next(&mut handle).await;
-    assert_eq!(method, "POST");
-    assert_eq!(created_b["involvedObject"]["name"], "b");
+    let create_b = next(&mut handle).await;
+    assert_eq!(create_b.method, "POST");
+    assert_eq!(create_b.body["involvedObject"]["name"], "b");
 
     // Once a's creation is answered, one patch goes out, with the newest count.
-    answer(create_a);
-    let (method, path, patch, patch_a) = next(&mut handle).await;
-    assert_eq!(method, "PATCH");
-    assert_eq!(path, format!("/api/v1/namespaces/fixtures/events/{name}"));
-    assert_eq!(patch["count"], 3);
+    answer(create_a.respond);
+    let patch_a = next(&mut handle).await;
+    assert_eq!(patch_a.method, "PATCH");
+    assert_eq!(
+        patch_a.path,
+        format!("/api/v1/namespaces/fixtures/events/{name}")
+    );
+    assert_eq!(patch_a.body["count"], 3);
 
-    answer(create_b);
-    answer(patch_a);
+    answer(create_b.respond);
+    answer(patch_a.respond);
     drop(recorder);
     // The writer ends once the recorders are gone and every write has been answered; had the
     // superseded patch gone out, it would wait here for an answer and the test would hang.
@@ -203,4 +250,63 @@ async fn writes_of_one_event_keep_their_order_and_the_newest_count_wins() {
         .await
         .expect("the writer ended")
         .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn while_the_bucket_throttles_the_next_write_waits_for_the_one_in_flight() {
+    // One token, then one a second: a's write spends the burst.
+    let (recorder, mut handle, writer) = recorder(RateLimitLayer::new(1.0, 1).unwrap());
+    let start = Instant::now();
+    record(&recorder, &failed("a"));
+    record(&recorder, &failed("b"));
+    let a = next(&mut handle).await;
+    assert_eq!(a.body["involvedObject"]["name"], "a");
+    assert_eq!(a.at, start);
+
+    // a stays unanswered for 10 s. A writer that started b's write beside it would have
+    // reserved the next token and sent it 1 s in.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let answered = Instant::now();
+    answer(a.respond);
+    let b = next(&mut handle).await;
+    assert_eq!(b.body["involvedObject"]["name"], "b");
+    assert_eq!(
+        b.at, answered,
+        "started when a's answer came, with a refilled token"
+    );
+
+    answer(b.respond);
+    drop(recorder);
+    writer.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_attempt_of_a_write_takes_one_token_and_waits_for_it() {
+    // Burst 2, then 2 a second.
+    let (recorder, mut handle, writer) = recorder(RateLimitLayer::new(2.0, 2).unwrap());
+    let start = Instant::now();
+    for object in ["a", "b", "c"] {
+        record(&recorder, &failed(object));
+    }
+    let (a, b) = (next(&mut handle).await, next(&mut handle).await);
+    assert_eq!((a.at, b.at), (start, start), "the burst passes at once");
+
+    // The bucket is spent: c's write starts once both ended and waits half a second for its
+    // token (had the client's bucket taken a second one for it, a whole second).
+    answer(a.respond);
+    answer(b.respond);
+    let c = next(&mut handle).await;
+    assert_eq!(c.body["involvedObject"]["name"], "c");
+    assert_eq!(c.at - start, Duration::from_millis(500));
+
+    // A failed attempt is tried again a second later, with a token of its own.
+    c.respond
+        .send_error(std::io::Error::other("connection reset by peer"));
+    let again = next(&mut handle).await;
+    assert_eq!(again.body["involvedObject"]["name"], "c");
+    assert_eq!(again.at - start, Duration::from_millis(1500));
+
+    answer(again.respond);
+    drop(recorder);
+    writer.await.unwrap();
 }
