@@ -112,9 +112,9 @@ impl EventRecorder {
         Self::with_bucket(client, RateLimitLayer::unlimited(), component)
     }
 
-    /// As [`EventRecorder::new`], for a `client` that draws from `bucket`: while the bucket
-    /// throttles, the writer keeps one write in flight, as client-go's, instead of reserving
-    /// the tokens the controllers' writes wait for.
+    /// As [`EventRecorder::new`], for a `client` that draws from `bucket`: unless the bucket
+    /// has tokens to spare, the writer keeps one write in flight, as client-go's, and leaves
+    /// the rest of the burst to the controllers.
     pub fn with_bucket(
         client: Client,
         bucket: RateLimitLayer,

@@ -367,6 +367,12 @@ where
     }
 }
 
+/// The share of the burst a request counts as spare only above: a background writer that
+/// takes only spare tokens leaves nine tenths of the burst to the controllers, and with the
+/// default burst of 10 finds a token spare only in a full bucket (client-go's one Event writer
+/// holds one token at most).
+const SPARE_SHARE: f64 = 0.9;
+
 /// A token bucket in the reservation style of Go's `golang.org/x/time/rate` (which client-go's
 /// `flowcontrol.NewTokenBucketRateLimiter` wraps): it starts full, refills at `qps` tokens per
 /// second up to `burst`, and a request that finds no token reserves the next one and waits for
@@ -393,10 +399,12 @@ impl Bucket {
         now.checked_add(wait).unwrap_or(now)
     }
 
-    /// Whether a request reserving at `now` would be sent at once (takes nothing).
-    fn has_token(&self, now: Instant) -> bool {
+    /// Whether a request reserving at `now` would leave [`SPARE_SHARE`] of the burst in the
+    /// bucket (takes nothing).
+    fn has_spare_token(&self, now: Instant) -> bool {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        (self.tokens + elapsed * self.qps).min(self.burst) >= 1.0
+        let tokens = (self.tokens + elapsed * self.qps).min(self.burst);
+        tokens - 1.0 >= self.burst * SPARE_SHARE
     }
 }
 
@@ -448,7 +456,7 @@ impl RateLimitLayer {
 
     /// Takes a token for a request the caller sends later, marked [`Reserved`], and returns
     /// when it may be sent (now when a token was free), as every other request would in the
-    /// layer. A caller that decides by [`RateLimitLayer::has_token`] whether to make another
+    /// layer. A caller that decides by [`RateLimitLayer::has_spare_token`] whether to make another
     /// request reserves with this, so the next answer already counts that request.
     pub fn reserve(&self) -> Instant {
         let now = Instant::now();
@@ -460,15 +468,15 @@ impl RateLimitLayer {
         })
     }
 
-    /// Whether a request made now would be sent at once rather than wait for its token (always,
-    /// without a limit). Nothing is taken: a background writer asks before it adds a request
-    /// the controllers' requests would have to queue behind.
-    pub fn has_token(&self) -> bool {
+    /// Whether a request made now would leave nine tenths of the burst in the bucket (always,
+    /// without a limit): whether a background writer may add a request without taking a token
+    /// the controllers are likely to want. Nothing is taken.
+    pub fn has_spare_token(&self) -> bool {
         self.bucket.as_ref().is_none_or(|bucket| {
             bucket
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .has_token(Instant::now())
+                .has_spare_token(Instant::now())
         })
     }
 }
@@ -599,26 +607,33 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn has_token_tells_whether_a_request_would_wait_and_takes_nothing() {
-        let layer = RateLimitLayer::new(2.0, 2).unwrap();
+    async fn only_the_top_tenth_of_the_burst_is_spare_and_asking_takes_nothing() {
+        let layer = RateLimitLayer::new(10.0, 10).unwrap();
         let bucket = layer.bucket.clone().unwrap();
         let take = || bucket.lock().unwrap().reserve(Instant::now());
-        assert!(layer.has_token());
-        assert!(layer.has_token(), "asking takes no token");
+        assert!(layer.has_spare_token(), "a full bucket");
+        assert!(layer.has_spare_token(), "asking takes no token");
         take();
-        assert!(layer.has_token(), "one of the burst of two left");
-        take();
-        assert!(!layer.has_token(), "the burst is spent");
-        tokio::time::advance(Duration::from_millis(499)).await;
-        assert!(!layer.has_token());
+        assert!(
+            !layer.has_spare_token(),
+            "9 of 10 left: a request would leave 8"
+        );
+        tokio::time::advance(Duration::from_millis(99)).await;
+        assert!(!layer.has_spare_token());
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(layer.has_token(), "a token is back 1/qps later");
-        take();
-        take();
-        assert!(!layer.has_token(), "a reservation ahead is a debt");
+        assert!(layer.has_spare_token(), "full again 1/qps later");
+        for _ in 0..12 {
+            take();
+        }
         tokio::time::advance(Duration::from_millis(500)).await;
-        assert!(!layer.has_token(), "the refill paid the debt only");
-        assert!(RateLimitLayer::unlimited().has_token());
+        assert!(!layer.has_spare_token(), "a debt of 2 and 5 back: 3");
+        tokio::time::advance(Duration::from_millis(700)).await;
+        assert!(layer.has_spare_token());
+        // With the default burst a spare token needs a full bucket of 10; with burst 1 none
+        // is ever spare.
+        let small = RateLimitLayer::new(1.0, 1).unwrap();
+        assert!(!small.has_spare_token());
+        assert!(RateLimitLayer::unlimited().has_spare_token());
     }
 
     #[test]

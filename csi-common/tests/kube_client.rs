@@ -122,7 +122,6 @@ async fn a_request_whose_token_was_reserved_takes_no_other() {
     let start = Instant::now();
     // The caller takes the only token, then sends its request marked as reserved.
     assert_eq!(layer.reserve(), start);
-    assert!(!layer.has_token(), "the reservation spent the burst");
     let mut request = http::Request::get("/reserved").body(Vec::new()).unwrap();
     request.extensions_mut().insert(kube_client::Reserved);
     assert_eq!(client.request_text(request).await.unwrap(), "ok");

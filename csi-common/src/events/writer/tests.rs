@@ -281,29 +281,49 @@ async fn while_the_bucket_throttles_the_next_write_waits_for_the_one_in_flight()
 }
 
 #[tokio::test(start_paused = true)]
-async fn each_attempt_of_a_write_takes_one_token_and_waits_for_it() {
-    // Burst 2, then 2 a second.
-    let (recorder, mut handle, writer) = recorder(RateLimitLayer::new(2.0, 2).unwrap());
+async fn with_tokens_to_spare_in_the_bucket_writes_go_out_together() {
+    // A bucket of 100: three writes leave 97, above nine tenths.
+    let (recorder, mut handle, writer) = recorder(RateLimitLayer::new(100.0, 100).unwrap());
     let start = Instant::now();
     for object in ["a", "b", "c"] {
         record(&recorder, &failed(object));
     }
-    let (a, b) = (next(&mut handle).await, next(&mut handle).await);
-    assert_eq!((a.at, b.at), (start, start), "the burst passes at once");
+    // All three are sent while none is answered.
+    let sent = [
+        next(&mut handle).await,
+        next(&mut handle).await,
+        next(&mut handle).await,
+    ];
+    for s in sent {
+        assert_eq!(s.at, start);
+        answer(s.respond);
+    }
+    drop(recorder);
+    writer.await.unwrap();
+}
 
-    // The bucket is spent: c's write starts once both ended and waits half a second for its
+#[tokio::test(start_paused = true)]
+async fn each_attempt_of_a_write_takes_one_token_and_waits_for_it() {
+    // One token, then 2 a second.
+    let (recorder, mut handle, writer) = recorder(RateLimitLayer::new(2.0, 1).unwrap());
+    let start = Instant::now();
+    record(&recorder, &failed("a"));
+    record(&recorder, &failed("b"));
+    let a = next(&mut handle).await;
+    assert_eq!(a.at, start, "the burst passes at once");
+
+    // The bucket is spent: b's write starts once a's ended and waits half a second for its
     // token (had the client's bucket taken a second one for it, a whole second).
     answer(a.respond);
-    answer(b.respond);
-    let c = next(&mut handle).await;
-    assert_eq!(c.body["involvedObject"]["name"], "c");
-    assert_eq!(c.at - start, Duration::from_millis(500));
+    let b = next(&mut handle).await;
+    assert_eq!(b.body["involvedObject"]["name"], "b");
+    assert_eq!(b.at - start, Duration::from_millis(500));
 
     // A failed attempt is tried again a second later, with a token of its own.
-    c.respond
+    b.respond
         .send_error(std::io::Error::other("connection reset by peer"));
     let again = next(&mut handle).await;
-    assert_eq!(again.body["involvedObject"]["name"], "c");
+    assert_eq!(again.body["involvedObject"]["name"], "b");
     assert_eq!(again.at - start, Duration::from_millis(1500));
 
     answer(again.respond);
