@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -217,6 +217,15 @@ impl VolumesByClaim {
             .flatten()
             .cloned()
             .collect()
+    }
+
+    /// [`VolumesByClaim::candidates`] for `claim`.
+    pub(crate) fn candidates_for(&self, claim: &PersistentVolumeClaim, free: bool) -> Vec<String> {
+        self.candidates(
+            claim.metadata.namespace.as_deref().unwrap_or_default(),
+            claim.metadata.name.as_deref().unwrap_or_default(),
+            free,
+        )
     }
 }
 

@@ -277,13 +277,9 @@ fn volumes_of_claim(
 ) -> Vec<ObjectRef<PersistentVolume>> {
     let mut refs: Vec<ObjectRef<PersistentVolume>> = Vec::new();
     if objects::is_deleting(claim) {
-        let (namespace, name) = (
-            claim.metadata.namespace.as_deref().unwrap_or_default(),
-            claim.metadata.name.as_deref().unwrap_or_default(),
-        );
         refs.extend(
             volumes
-                .candidates(namespace, name, false)
+                .candidates_for(claim, false)
                 .iter()
                 .map(|v| ObjectRef::new(v)),
         );

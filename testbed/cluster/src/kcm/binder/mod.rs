@@ -5,10 +5,10 @@
 
 pub(crate) mod decide;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -75,12 +75,8 @@ fn newest_default<'a>(classes: impl Iterator<Item = &'a StorageClass>) -> Option
 /// The cached volumes a match for `claim` can choose from: those reserved for it and the free
 /// ones, each as its newest copy (our own writes included, as upstream's `ctrl.volumes`).
 fn match_candidates(ctx: &Context, claim: &PersistentVolumeClaim) -> Vec<Arc<PersistentVolume>> {
-    let (namespace, name) = (
-        claim.metadata.namespace.as_deref().unwrap_or_default(),
-        claim.metadata.name.as_deref().unwrap_or_default(),
-    );
     ctx.volumes_by_claim
-        .candidates(namespace, name, true)
+        .candidates_for(claim, true)
         .iter()
         .filter_map(|v| ctx.volumes.get(&ObjectRef::new(v)))
         .collect()
