@@ -4,9 +4,10 @@
 //! directory, as in a `FROM scratch` image: `--help`, and a real start that answers `/healthz`
 //! by calling the mock driver over a socket in that root.
 //!
-//! The checks that need the static build are `#[ignore]`d in a plain `cargo test`: that build
-//! compiles every dependency again for the target triple, which CI's time budget does not hold.
-//! deploy/image/check-static.sh builds it (dev profile) and runs them with `--include-ignored`.
+//! The checks that need the static build are ignored, with that reason, in a plain
+//! `cargo test`: that build compiles every dependency again for the target triple, which CI's
+//! time budget does not hold. deploy/image/check-static.sh builds it (dev profile) and runs
+//! them with `--include-ignored`.
 
 #![allow(
     clippy::unwrap_used,
