@@ -43,7 +43,8 @@ impl CsiService {
         Req: Message + Debug + Send + 'static,
         Resp: Debug + Send + 'static,
     {
-        self.call_garbled(method, request, op, |_, resp| resp).await
+        self.call_garbled(method, request, None, op, |_, resp| resp)
+            .await
     }
 
     /// Runs one RPC: record, log, apply faults, then `op` under the state lock, then `garble`
@@ -53,10 +54,18 @@ impl CsiService {
     /// not cancel it: like a real driver, the mock finishes a delayed CreateVolume after the
     /// caller stopped waiting, and the caller's retry finds the volume (CSI spec, "Timeouts").
     /// Only stopping the driver abandons a pending call.
+    ///
+    /// With a `volume` (CreateVolume's name, DeleteVolume's id), a call that arrives while
+    /// another call for the same volume is being carried out is answered `Aborted` at once,
+    /// the CSI spec's "operation pending for volume" (the CO must keep one call in flight per
+    /// volume; kubernetes-csi drivers such as csi-driver-nfs answer so from their per-volume
+    /// locks). A retry after a timeout therefore cannot run beside the call it retries, and
+    /// the late call cannot re-create a volume deleted in between.
     async fn call_garbled<Req, Resp>(
         &self,
         method: Method,
         request: Request<Req>,
+        volume: Option<String>,
         op: impl FnOnce(&mut Inner, Req) -> Result<Resp, Status> + Send + 'static,
         garble: fn(&Garbage, Resp) -> Resp,
     ) -> RpcResult<Resp>
@@ -74,6 +83,16 @@ impl CsiService {
         let shared = Arc::clone(&self.shared);
         let mut stopped = self.stopped.clone();
         let work = tokio::spawn(async move {
+            let _busy = match volume {
+                Some(volume) => match Busy::take(&shared, volume) {
+                    Ok(busy) => Some(busy),
+                    Err(pending) => {
+                        shared.finish(begun.seq, pending.code(), pending.message());
+                        return Err(pending);
+                    }
+                },
+                None => None,
+            };
             if !begun.plan.delay.is_zero() {
                 tokio::select! {
                     () = tokio::time::sleep(begun.plan.delay) => {}
@@ -110,6 +129,34 @@ impl CsiService {
                 "mock CSI driver handler failed: {e}"
             ))),
         }
+    }
+}
+
+/// A volume's call being carried out; dropping it (the call answered or abandoned) frees the
+/// volume.
+struct Busy {
+    shared: Arc<Shared>,
+    volume: String,
+}
+
+impl Busy {
+    /// Marks `volume` busy, or answers `Aborted` when it already is.
+    fn take(shared: &Arc<Shared>, volume: String) -> Result<Self, Status> {
+        if !shared.lock().busy.insert(volume.clone()) {
+            return Err(Status::aborted(format!(
+                "an operation for volume {volume} is already in progress"
+            )));
+        }
+        Ok(Busy {
+            shared: Arc::clone(shared),
+            volume,
+        })
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.shared.lock().busy.remove(&self.volume);
     }
 }
 
@@ -186,9 +233,11 @@ impl Controller for CsiService {
         &self,
         request: Request<csi::CreateVolumeRequest>,
     ) -> RpcResult<csi::CreateVolumeResponse> {
+        let name = request.get_ref().name.clone();
         self.call_garbled(
             Method::CreateVolume,
             request,
+            Some(name),
             |inner, req| inner.volumes.create_volume(&inner.config, req),
             Garbage::create,
         )
@@ -199,9 +248,14 @@ impl Controller for CsiService {
         &self,
         request: Request<csi::DeleteVolumeRequest>,
     ) -> RpcResult<csi::DeleteVolumeResponse> {
-        self.call(Method::DeleteVolume, request, |inner, req| {
-            inner.volumes.delete_volume(&inner.config, &req)
-        })
+        let id = request.get_ref().volume_id.clone();
+        self.call_garbled(
+            Method::DeleteVolume,
+            request,
+            Some(id),
+            |inner, req| inner.volumes.delete_volume(&inner.config, &req),
+            |_, resp| resp,
+        )
         .await
     }
 
@@ -212,6 +266,7 @@ impl Controller for CsiService {
         self.call_garbled(
             Method::ControllerPublishVolume,
             request,
+            None,
             |inner, req| inner.volumes.controller_publish(&inner.config, &req),
             Garbage::publish,
         )
@@ -255,6 +310,7 @@ impl Controller for CsiService {
         self.call_garbled(
             Method::GetCapacity,
             request,
+            None,
             |inner, req| inner.volumes.get_capacity(&inner.config, &req),
             Garbage::capacity,
         )
@@ -330,6 +386,7 @@ impl Controller for CsiService {
         self.call_garbled(
             Method::ControllerExpandVolume,
             request,
+            None,
             |inner, req| inner.volumes.controller_expand(&inner.config, &req),
             Garbage::expand,
         )

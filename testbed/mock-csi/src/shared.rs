@@ -21,6 +21,8 @@ pub(crate) struct Inner {
     pub(crate) calls: CallLog,
     /// `ProbeResponse.ready`.
     pub(crate) ready: Option<bool>,
+    /// The volumes (CreateVolume's name, DeleteVolume's id) with a call being carried out.
+    pub(crate) busy: std::collections::HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -51,6 +53,7 @@ impl Shared {
                 faults,
                 calls: CallLog::default(),
                 ready,
+                busy: std::collections::HashSet::new(),
             }),
             calls_changed: watch::Sender::new(0),
         }

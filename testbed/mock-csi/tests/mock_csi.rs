@@ -552,6 +552,63 @@ async fn a_call_whose_client_gave_up_is_still_carried_out_like_a_real_driver_wou
 }
 
 #[tokio::test]
+async fn a_call_for_a_volume_with_a_call_in_progress_is_aborted_as_the_spec_allows() {
+    let (driver, mut c) = start(MockDriverConfig::default()).await;
+    // Long enough that the retry below arrives while the first call is being carried out.
+    driver.inject(Fault {
+        method: Method::CreateVolume,
+        when: When::Nth(1),
+        action: Action::Delay(Duration::from_secs(2)),
+    });
+    let mut req = tonic::Request::new(create_request("slow", GI));
+    req.set_timeout(Duration::from_millis(100));
+    c.controller.create_volume(req).await.unwrap_err();
+    // CSI spec, CreateVolume errors: "Operation pending for volume", ABORTED.
+    let err = create(&mut c, "slow", GI).await.unwrap_err();
+    assert_eq!(err.code(), Code::Aborted, "{err}");
+    // Another volume is not held up.
+    create(&mut c, "other", GI).await.unwrap();
+    // Once the first call is answered, the volume is free again and the retry finds it.
+    let calls = driver
+        .wait_for_answers(Method::CreateVolume, 3, WAIT)
+        .await
+        .unwrap();
+    let codes: Vec<_> = calls.iter().map(|c| c.code).collect();
+    assert!(codes.contains(&Some(Code::Aborted)), "{codes:?}");
+    let slow = create(&mut c, "slow", GI).await.unwrap();
+    assert_eq!(driver.volumes().len(), 2);
+
+    // DeleteVolume of a volume with a call in progress likewise.
+    driver.inject(Fault {
+        method: Method::DeleteVolume,
+        when: When::Nth(1),
+        action: Action::Delay(Duration::from_secs(2)),
+    });
+    let delete = |timeout: Option<Duration>| {
+        let mut req = tonic::Request::new(csi::DeleteVolumeRequest {
+            volume_id: slow.volume_id.clone(),
+            ..Default::default()
+        });
+        if let Some(timeout) = timeout {
+            req.set_timeout(timeout);
+        }
+        req
+    };
+    c.controller
+        .delete_volume(delete(Some(Duration::from_millis(100))))
+        .await
+        .unwrap_err();
+    let err = c.controller.delete_volume(delete(None)).await.unwrap_err();
+    assert_eq!(err.code(), Code::Aborted, "{err}");
+    driver
+        .wait_for_answers(Method::DeleteVolume, 2, WAIT)
+        .await
+        .unwrap();
+    c.controller.delete_volume(delete(None)).await.unwrap();
+    assert_eq!(driver.volumes().len(), 1, "only `other` is left");
+}
+
+#[tokio::test]
 async fn wait_for_calls_times_out_when_too_few_calls_arrive() {
     let (driver, _c) = start(MockDriverConfig::default()).await;
     let err = driver
