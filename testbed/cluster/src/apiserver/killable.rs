@@ -39,7 +39,13 @@ impl axum::serve::Listener for KillableListener {
                         // An error means the sender is gone: the server is gone too.
                         let _ = killed.wait_for(|k| *k).await;
                     });
-                    return (Killable { io, killed }, addr);
+                    return (
+                        Killable {
+                            io,
+                            killed: Some(killed),
+                        },
+                        addr,
+                    );
                 }
                 // Out of descriptors and the like: wait and retry, as axum's own listener
                 // does (it waits 1 s; a test server can retry sooner).
@@ -63,13 +69,21 @@ impl axum::serve::Listener for KillableListener {
 /// every pass of its loop, so a connection waiting on a handler or a body is woken too).
 pub(crate) struct Killable {
     io: TcpStream,
-    killed: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// `None` once the kill came: a finished future must not be polled again (an `async`
+    /// block panics if it is), and hyper calls on after the first error.
+    killed: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
 
 impl Killable {
     fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        match self.killed.as_mut().poll(cx) {
-            Poll::Ready(()) => Err(io::ErrorKind::ConnectionReset.into()),
+        let Some(killed) = self.killed.as_mut() else {
+            return Err(io::ErrorKind::ConnectionReset.into());
+        };
+        match killed.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.killed = None;
+                Err(io::ErrorKind::ConnectionReset.into())
+            }
             Poll::Pending => Ok(()),
         }
     }
@@ -120,5 +134,35 @@ impl AsyncWrite for Killable {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn every_read_and_write_after_the_kill_fails_and_none_panics() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (kill, killed) = watch::channel(false);
+        let mut listener = KillableListener::new(listener, killed);
+        let ((mut connection, _), _client) = tokio::join!(
+            axum::serve::Listener::accept(&mut listener),
+            TcpStream::connect(addr)
+        );
+        kill.send(true).unwrap();
+        // The first failure sees the kill; the later ones must not poll it again.
+        for _ in 0..3 {
+            let reset = io::ErrorKind::ConnectionReset;
+            assert_eq!(
+                connection.read(&mut [0; 8]).await.unwrap_err().kind(),
+                reset
+            );
+            assert_eq!(connection.write(b"x").await.unwrap_err().kind(), reset);
+            assert_eq!(connection.flush().await.unwrap_err().kind(), reset);
+        }
     }
 }
