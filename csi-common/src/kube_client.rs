@@ -386,10 +386,16 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// The tokens the bucket holds at `now`: the last count refilled at `qps` up to `burst`
+    /// (negative while reservations are ahead).
+    fn tokens_at(&self, now: Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        (self.tokens + elapsed * self.qps).min(self.burst)
+    }
+
     /// Takes one token and returns when the request may be sent.
     fn reserve(&mut self, now: Instant) -> Instant {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
+        self.tokens = self.tokens_at(now);
         self.last = now;
         self.tokens -= 1.0;
         if self.tokens >= 0.0 {
@@ -402,9 +408,7 @@ impl Bucket {
     /// Whether a request reserving at `now` would leave [`SPARE_SHARE`] of the burst in the
     /// bucket (takes nothing).
     fn has_spare_token(&self, now: Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        let tokens = (self.tokens + elapsed * self.qps).min(self.burst);
-        tokens - 1.0 >= self.burst * SPARE_SHARE
+        self.tokens_at(now) - 1.0 >= self.burst * SPARE_SHARE
     }
 }
 

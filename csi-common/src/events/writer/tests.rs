@@ -158,6 +158,12 @@ fn answer(respond: SendResponse<Response<Body>>) {
     respond.send_response(Response::new(Body::from(body)));
 }
 
+/// Drops the recorder and waits for its writer, which ends once every write was answered.
+async fn close(recorder: EventRecorder, writer: tokio::task::JoinHandle<()>) {
+    drop(recorder);
+    writer.await.unwrap();
+}
+
 fn failed(object: &str) -> NewEvent {
     NewEvent {
         object: claim(object),
@@ -206,8 +212,7 @@ async fn events_of_different_objects_are_written_concurrently() {
     for (_, respond) in pending {
         answer(respond);
     }
-    drop(recorder);
-    writer.await.unwrap();
+    close(recorder, writer).await;
 }
 
 #[tokio::test]
@@ -276,8 +281,7 @@ async fn while_the_bucket_throttles_the_next_write_waits_for_the_one_in_flight()
     );
 
     answer(b.respond);
-    drop(recorder);
-    writer.await.unwrap();
+    close(recorder, writer).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -298,8 +302,7 @@ async fn with_tokens_to_spare_in_the_bucket_writes_go_out_together() {
         assert_eq!(s.at, start);
         answer(s.respond);
     }
-    drop(recorder);
-    writer.await.unwrap();
+    close(recorder, writer).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -327,6 +330,5 @@ async fn each_attempt_of_a_write_takes_one_token_and_waits_for_it() {
     assert_eq!(again.at - start, Duration::from_millis(1500));
 
     answer(again.respond);
-    drop(recorder);
-    writer.await.unwrap();
+    close(recorder, writer).await;
 }
