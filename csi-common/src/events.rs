@@ -121,7 +121,22 @@ impl EventRecorder {
         component: String,
     ) -> (Self, impl Future<Output = ()> + Send) {
         let (tx, rx) = mpsc::channel(QUEUE_LENGTH);
-        (Self { tx }, write_events(client, bucket, component, rx))
+        let task = write_events(client, bucket, component, writer::CONCURRENT_WRITES, rx);
+        (Self { tx }, task)
+    }
+
+    /// As [`EventRecorder::new`], but the writer keeps one write in flight and waits for its
+    /// answer before the next, as client-go's broadcaster does (one goroutine drains its
+    /// queue into the sink). For stand-ins of Go components, whose Events a test bed must
+    /// write at the pace the real component does; a sidecar's recorder is made with
+    /// [`EventRecorder::with_bucket`].
+    pub fn one_at_a_time(
+        client: Client,
+        component: String,
+    ) -> (Self, impl Future<Output = ()> + Send) {
+        let (tx, rx) = mpsc::channel(QUEUE_LENGTH);
+        let task = write_events(client, RateLimitLayer::unlimited(), component, 1, rx);
+        (Self { tx }, task)
     }
 
     /// A recorder and the receiving end, for tests that assert on recorded events.

@@ -34,27 +34,37 @@ use super::{Action, Correlator, NewEvent};
 use crate::kube_client::{RateLimitLayer, Reserved};
 
 /// How many Event writes may be in flight at once while the bucket has tokens to spare.
-const CONCURRENT_WRITES: usize = 8;
+pub(super) const CONCURRENT_WRITES: usize = 8;
 /// How often a failed write is tried. client-go tries 12 times, 10 s apart; this keeps a write
 /// the API server keeps refusing from holding one of the [`CONCURRENT_WRITES`] for two minutes.
 const WRITE_ATTEMPTS: u32 = 3;
 const WRITE_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// Which writes may start: one per Event, and besides the first only while the bucket has a
-/// token to spare, at most [`CONCURRENT_WRITES`] in all. An action for an Event
+/// token to spare, at most `limit` ([`CONCURRENT_WRITES`] for a sidecar) in all. An action for an Event
 /// whose write is in flight waits for it; only the newest such action waits, since each carries
 /// the Event's whole state (a later patch's count, `lastTimestamp` and message supersede an
 /// earlier one's, and its fallback is the whole Event).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Writes {
     /// `namespace/name` of each Event with a write in flight, and the action waiting for it.
     in_flight: HashMap<String, Option<Action>>,
+    /// The most writes in flight at once.
+    limit: usize,
 }
 
 impl Writes {
+    /// Room for `limit` writes at once (at least one).
+    fn new(limit: usize) -> Self {
+        Self {
+            in_flight: HashMap::new(),
+            limit: limit.max(1),
+        }
+    }
+
     /// Whether another Event's write may start, given whether the bucket has a token to spare.
     fn has_room(&self, spare_token: bool) -> bool {
-        self.in_flight.is_empty() || (spare_token && self.in_flight.len() < CONCURRENT_WRITES)
+        self.in_flight.is_empty() || (spare_token && self.in_flight.len() < self.limit)
     }
 
     /// Takes `action` for the Event `key`: returns it if it may start now, or keeps it until
@@ -100,15 +110,16 @@ fn event_key(action: &Action) -> Option<String> {
 }
 
 /// Correlates events as they arrive and writes them with `client`, whose requests draw from
-/// `bucket`, until every sender is gone and every write has ended.
+/// `bucket`, at most `limit` at once, until every sender is gone and every write has ended.
 pub(super) async fn write_events(
     client: Client,
     bucket: RateLimitLayer,
     component: String,
+    limit: usize,
     mut rx: mpsc::Receiver<NewEvent>,
 ) {
     let mut correlator = Correlator::new(component);
-    let mut writes = Writes::default();
+    let mut writes = Writes::new(limit);
     let mut running = FuturesUnordered::new();
     // Takes the write's first token at once, not when the write is first polled.
     let start = |key: String, action: Action| {

@@ -156,6 +156,30 @@ async fn create_volume(
         .unwrap()
 }
 
+/// Creates for each of `claims` (of `class`) what csi-provisioner creates, a volume pre-bound
+/// with the claim's uid, and waits until as many claims as `claims` are Bound.
+async fn provision_and_wait_bound(s: &Setup, claims: &[PersistentVolumeClaim], class: &str) {
+    use futures::StreamExt as _;
+    futures::stream::iter(claims)
+        .map(|claim| async move {
+            let uid = claim.metadata.uid.clone().unwrap();
+            let name = format!("pvc-{uid}");
+            create_volume(s, &name, &claim.name_any(), Some(&uid), class, "Delete").await
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    eventually("every claim Bound", Duration::from_mins(1), async || {
+        let listed = s
+            .server
+            .list_objects::<PersistentVolumeClaim>(Some("default"))
+            .unwrap();
+        let bound = listed.iter().filter(|c| pvc_phase(c) == "Bound").count();
+        (bound == claims.len()).then_some(())
+    })
+    .await;
+}
+
 async fn events_for(s: &Setup, object: &str) -> Vec<Event> {
     Api::<Event>::namespaced(s.client.clone(), "default")
         .list(&ListParams::default())
@@ -539,33 +563,11 @@ async fn every_claim_of_a_burst_gets_its_provisioner() {
 /// so every claim of a burst is bound without waiting for a resync (an hour here).
 #[tokio::test(flavor = "multi_thread")]
 async fn provisioned_volumes_are_bound_from_the_caches_without_waiting_for_a_resync() {
-    use futures::StreamExt as _;
     const CLAIMS: usize = 100;
     let s = start_with_resync(Duration::from_hours(1));
     create_class(&s, "burst", "Immediate").await;
     let claims = create_claims(&s, "burst", CLAIMS, "burst").await;
-    // What csi-provisioner creates for each: a volume pre-bound with the claim's uid.
-    futures::stream::iter(&claims)
-        .map(|claim| {
-            let s = &s;
-            async move {
-                let uid = claim.metadata.uid.clone().unwrap();
-                let name = format!("pvc-{uid}");
-                create_volume(s, &name, &claim.name_any(), Some(&uid), "burst", "Delete").await
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<_>>()
-        .await;
-    eventually("every claim Bound", Duration::from_mins(1), async || {
-        let claims = s
-            .server
-            .list_objects::<PersistentVolumeClaim>(Some("default"))
-            .unwrap();
-        let bound = claims.iter().filter(|c| pvc_phase(c) == "Bound").count();
-        (bound == CLAIMS).then_some(())
-    })
-    .await;
+    provision_and_wait_bound(&s, &claims, "burst").await;
     // The binder reads claims, volumes and classes from its informer caches, as upstream's:
     // a GET only double-checks what a lagging cache does not have yet. Reading from the API
     // server instead costs several GETs per claim (the claim at each of its syncs, its class,
@@ -580,5 +582,56 @@ async fn provisioned_volumes_are_bound_from_the_caches_without_waiting_for_a_res
     .map(|resource| requests.get("get", resource))
     .sum();
     assert!(gets < CLAIMS, "{gets} GETs for {CLAIMS} claims");
+    s.kcm.stop().await;
+}
+
+/// kube-controller-manager syncs claims in pv_controller's one `claimWorker` and writes its
+/// Events through one broadcaster goroutine that waits for each answer, so however many claims
+/// wait, it has one claim write and one Event write in flight at a time: the pace a sidecar
+/// meets in a cluster. With 20 ms on every request, two claim syncs or two Event writes at
+/// once would overlap. The claims of a WaitForFirstConsumer class with no node yet are synced
+/// without a write and each records an Event, so their Events come faster than 20 ms apart.
+#[tokio::test(flavor = "multi_thread")]
+async fn claims_are_written_and_events_sent_one_at_a_time_as_by_upstreams_single_workers() {
+    const CLAIMS: usize = 20;
+    let s = start_with_resync(Duration::from_hours(1));
+    create_class(&s, "serial", "Immediate").await;
+    create_class(&s, "late", "WaitForFirstConsumer").await;
+    s.server.faults().add_latency(Duration::from_millis(20));
+    let claims = create_claims(&s, "serial", CLAIMS, "serial").await;
+    create_claims(&s, "late", CLAIMS, "late").await;
+    eventually(
+        "an Event for every claim",
+        Duration::from_mins(1),
+        async || {
+            let events = s.server.list_objects::<Event>(Some("default")).unwrap();
+            let count = |reason: &str| {
+                events
+                    .iter()
+                    .filter(|e| e.reason.as_deref() == Some(reason))
+                    .count()
+            };
+            (count("ExternalProvisioning") == CLAIMS && count("WaitForFirstConsumer") == CLAIMS)
+                .then_some(())
+        },
+    )
+    .await;
+    provision_and_wait_bound(&s, &claims, "serial").await;
+    let requests = s.server.requests();
+    // Each claim was written (annotated, then bound) and its status set, and each had its
+    // Event: the claim worker and the Event writer had work for many claims at once, and took
+    // it one piece at a time.
+    assert!(requests.get("update", "persistentvolumeclaims") >= CLAIMS);
+    assert!(requests.get("update", "persistentvolumeclaims/status") >= CLAIMS);
+    assert!(requests.get("create", "events") >= 2 * CLAIMS);
+    assert_eq!(
+        requests.peak_in_flight("update", "persistentvolumeclaims"),
+        1
+    );
+    assert_eq!(
+        requests.peak_in_flight("update", "persistentvolumeclaims/status"),
+        1
+    );
+    assert_eq!(requests.peak_in_flight("create", "events"), 1);
     s.kcm.stop().await;
 }

@@ -30,7 +30,7 @@ fn patching(name: &str, count: i32) -> Action {
 
 #[test]
 fn writes_of_one_event_run_one_at_a_time_and_only_the_newest_waits() {
-    let mut writes = Writes::default();
+    let mut writes = Writes::new(CONCURRENT_WRITES);
     assert_eq!(
         writes.submit("ns/a".into(), creation("a")),
         Some(("ns/a".into(), creation("a")))
@@ -55,7 +55,7 @@ fn writes_of_one_event_run_one_at_a_time_and_only_the_newest_waits() {
 
 #[test]
 fn at_most_the_concurrent_writes_are_in_flight_while_the_bucket_has_tokens() {
-    let mut writes = Writes::default();
+    let mut writes = Writes::new(CONCURRENT_WRITES);
     for i in 0..CONCURRENT_WRITES {
         assert!(writes.has_room(true), "room for write {i}");
         assert!(writes.submit(format!("ns/{i}"), creation("x")).is_some());
@@ -74,26 +74,32 @@ fn at_most_the_concurrent_writes_are_in_flight_while_the_bucket_has_tokens() {
 }
 
 #[test]
-fn a_throttling_bucket_leaves_one_write_in_flight() {
-    // (writes in flight, whether the bucket has a token to spare, whether another may start)
+fn a_throttling_bucket_or_a_limit_of_one_leaves_one_write_in_flight() {
+    // (limit, writes in flight, whether the bucket has a token to spare, whether another may
+    // start)
     let cases = [
-        (0, false, true),
-        (0, true, true),
-        (1, false, false),
-        (1, true, true),
-        (CONCURRENT_WRITES - 1, false, false),
-        (CONCURRENT_WRITES - 1, true, true),
-        (CONCURRENT_WRITES, true, false),
+        (CONCURRENT_WRITES, 0, false, true),
+        (CONCURRENT_WRITES, 0, true, true),
+        (CONCURRENT_WRITES, 1, false, false),
+        (CONCURRENT_WRITES, 1, true, true),
+        (CONCURRENT_WRITES, CONCURRENT_WRITES - 1, false, false),
+        (CONCURRENT_WRITES, CONCURRENT_WRITES - 1, true, true),
+        (CONCURRENT_WRITES, CONCURRENT_WRITES, true, false),
+        (1, 0, true, true),
+        (1, 1, true, false),
+        // A limit of none would write nothing: it is taken as one.
+        (0, 0, true, true),
+        (0, 1, true, false),
     ];
-    for (in_flight, token_free, room) in cases {
-        let mut writes = Writes::default();
+    for (limit, in_flight, token_free, room) in cases {
+        let mut writes = Writes::new(limit);
         for i in 0..in_flight {
             writes.submit(format!("ns/{i}"), creation("x"));
         }
         assert_eq!(
             writes.has_room(token_free),
             room,
-            "{in_flight} in flight, token free: {token_free}"
+            "limit {limit}, {in_flight} in flight, token free: {token_free}"
         );
     }
 }
@@ -110,6 +116,14 @@ type ApiHandle = Handle<Request<Body>, Response<Body>>;
 /// A recorder whose writer talks through `bucket` to `handle`, which answers nothing until the
 /// test says so. Each request carries the instant it left the bucket.
 fn recorder(bucket: RateLimitLayer) -> (EventRecorder, ApiHandle, tokio::task::JoinHandle<()>) {
+    let (client, handle) = stamped_client(&bucket);
+    let (recorder, writer) = EventRecorder::with_bucket(client, bucket, "test".into());
+    (recorder, handle, tokio::spawn(writer))
+}
+
+/// A client whose requests go through `bucket` to the returned handle, each stamped with the
+/// instant it left the bucket.
+fn stamped_client(bucket: &RateLimitLayer) -> (Client, ApiHandle) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let stamped = tower::ServiceBuilder::new()
         .map_request(|mut request: Request<Body>| {
@@ -117,9 +131,8 @@ fn recorder(bucket: RateLimitLayer) -> (EventRecorder, ApiHandle, tokio::task::J
             request
         })
         .service(service);
-    let client = Client::new(tower::Layer::layer(&bucket, stamped), "default");
-    let (recorder, writer) = EventRecorder::with_bucket(client, bucket, "test".into());
-    (recorder, handle, tokio::spawn(writer))
+    let client = Client::new(tower::Layer::layer(bucket, stamped), "default");
+    (client, handle)
 }
 
 /// A request the writer sent.
@@ -279,6 +292,29 @@ async fn while_the_bucket_throttles_the_next_write_waits_for_the_one_in_flight()
         b.at, answered,
         "started when a's answer came, with a refilled token"
     );
+
+    answer(b.respond);
+    close(recorder, writer).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recorder_of_one_write_at_a_time_waits_for_each_answer() {
+    let (client, mut handle) = stamped_client(&RateLimitLayer::unlimited());
+    let (recorder, writer) = EventRecorder::one_at_a_time(client, "test".into());
+    let writer = tokio::spawn(writer);
+    record(&recorder, &failed("a"));
+    record(&recorder, &failed("b"));
+    let a = next(&mut handle).await;
+    assert_eq!(a.body["involvedObject"]["name"], "a");
+
+    // a stays unanswered for 10 s. With no bucket to wait for, a writer that started b's
+    // write beside it would have sent it at once.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let answered = Instant::now();
+    answer(a.respond);
+    let b = next(&mut handle).await;
+    assert_eq!(b.body["involvedObject"]["name"], "b");
+    assert_eq!(b.at, answered, "sent when a's answer came");
 
     answer(b.respond);
     close(recorder, writer).await;

@@ -8,6 +8,12 @@
 //! It also keeps which client sent which kind of request ([`RequestCounts::by_client`]), as
 //! kube-apiserver's audit log records each request's `userAgent`, `verb` and `objectRef`
 //! (`apiGroup`, `resource`, `subresource`): what an RBAC rule must grant that client.
+//!
+//! And how many requests of each (verb, resource) were being served at once, at most
+//! ([`RequestCounts::peak_in_flight`]): kube-apiserver serves requests concurrently, so how
+//! many a client has in flight is the client's doing. A test reads it to pin how a peer
+//! behaves, for example that the controller-manager stand-in writes claims one at a time as
+//! pv_controller's single claim worker does.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, PoisonError};
@@ -33,6 +39,34 @@ pub struct RequestCounts {
     /// Watches being served, by client: kube-apiserver's `apiserver_registered_watchers`
     /// (per kind there) counts the same streams.
     watching: Mutex<BTreeMap<String, usize>>,
+    /// Requests being served now and the most served at once, by (verb, resource).
+    in_flight: Mutex<HashMap<(String, String), InFlightCount>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct InFlightCount {
+    now: usize,
+    peak: usize,
+}
+
+/// A request being served: counted in flight until dropped.
+#[derive(Debug)]
+pub(crate) struct InFlight<'a> {
+    counts: &'a RequestCounts,
+    key: (String, String),
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self
+            .counts
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = in_flight.get_mut(&self.key) {
+            count.now = count.now.saturating_sub(1);
+        }
+    }
 }
 
 impl RequestCounts {
@@ -97,6 +131,34 @@ impl RequestCounts {
             .get(&(verb.to_owned(), resource.to_owned()))
             .copied()
             .unwrap_or_default()
+    }
+
+    /// Notes that a `verb` request on `resource` is being served until the returned guard is
+    /// dropped.
+    pub(crate) fn begin(&self, verb: &str, resource: &str) -> InFlight<'_> {
+        let key = (verb.to_owned(), resource.to_owned());
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let count = in_flight.entry(key.clone()).or_default();
+        count.now += 1;
+        count.peak = count.peak.max(count.now);
+        drop(in_flight);
+        InFlight { counts: self, key }
+    }
+
+    /// The most `verb` requests on `resource` (`plural` or `plural/status`) served at once so
+    /// far, from every client: a request is in flight from its arrival, any latency the test
+    /// injected included, until its answer starts (for a watch, until its stream opens).
+    pub fn peak_in_flight(&self, verb: &str, resource: &str) -> usize {
+        let in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        in_flight
+            .get(&(verb.to_owned(), resource.to_owned()))
+            .map_or(0, |count| count.peak)
     }
 
     /// Notes a watch of `client` opened; [`RequestCounts::watch_closed`] when it ends.
@@ -175,6 +237,32 @@ mod tests {
             BTreeSet::from([permission("", "pods", "list")])
         );
         assert!(counts.by_client("csi-resizer").is_empty());
+    }
+
+    #[test]
+    fn the_peak_counts_requests_served_at_once_per_verb_and_resource() {
+        let counts = RequestCounts::default();
+        assert_eq!(counts.peak_in_flight("update", "persistentvolumeclaims"), 0);
+        let first = counts.begin("update", "persistentvolumeclaims");
+        let second = counts.begin("update", "persistentvolumeclaims");
+        let other = counts.begin("update", "persistentvolumeclaims/status");
+        assert_eq!(counts.peak_in_flight("update", "persistentvolumeclaims"), 2);
+        drop(first);
+        drop(second);
+        // One after the other: the peak stays what it was, and one more at a time adds nothing.
+        let third = counts.begin("update", "persistentvolumeclaims");
+        drop(third);
+        assert_eq!(counts.peak_in_flight("update", "persistentvolumeclaims"), 2);
+        assert_eq!(
+            counts.peak_in_flight("update", "persistentvolumeclaims/status"),
+            1
+        );
+        drop(other);
+        let later = RequestCounts::default();
+        for _ in 0..3 {
+            drop(later.begin("create", "events"));
+        }
+        assert_eq!(later.peak_in_flight("create", "events"), 1);
     }
 
     #[test]

@@ -163,6 +163,22 @@ fn verb(method: &Method, has_name: bool, query: &Query) -> &'static str {
     }
 }
 
+/// What a resource request is counted and faulted as: its Kubernetes verb and
+/// `plural[/subresource]`.
+fn labels(
+    method: &Method,
+    has_name: bool,
+    query: &Query,
+    plural: &str,
+    subresource: Option<&str>,
+) -> (&'static str, String) {
+    let resource = match subresource {
+        Some(sub) => format!("{plural}/{sub}"),
+        None => plural.to_owned(),
+    };
+    (verb(method, has_name, query), resource)
+}
+
 /// Whether reading a body failed on [`MAX_BODY`] rather than on the connection.
 fn is_length_limit(err: &axum::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
@@ -177,13 +193,33 @@ fn is_length_limit(err: &axum::Error) -> bool {
 
 /// The single axum handler behind [`super::ApiServer::router`].
 pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let query = Query::parse(parts.uri.query());
+    let route = parse_route(parts.uri.path());
+    // In flight from its arrival, the injected latency included: a slow server holds each
+    // request for its latency, and how many a client has waiting at once is the client's doing.
+    let _in_flight = match &route {
+        Route::Resource {
+            info,
+            name,
+            subresource,
+            ..
+        } => {
+            let (verb, resource) = labels(
+                &parts.method,
+                name.is_some(),
+                &query,
+                info.plural,
+                subresource.as_deref(),
+            );
+            Some(shared.requests.begin(verb, &resource))
+        }
+        _ => None,
+    };
     let latency = shared.faults.latency();
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    let (parts, body) = request.into_parts();
-    let query = Query::parse(parts.uri.query());
-    let route = parse_route(parts.uri.path());
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(body) => body,
         Err(err) if is_length_limit(&err) => {
@@ -214,11 +250,13 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
             name,
             subresource,
         } => {
-            let verb = verb(&parts.method, name.is_some(), &query);
-            let fault_resource = match &subresource {
-                Some(sub) => format!("{}/{sub}", info.plural),
-                None => info.plural.to_owned(),
-            };
+            let (verb, fault_resource) = labels(
+                &parts.method,
+                name.is_some(),
+                &query,
+                info.plural,
+                subresource.as_deref(),
+            );
             let agent = parts
                 .headers
                 .get(header::USER_AGENT)

@@ -2,7 +2,10 @@
 //! csi-common's client-go style recorder ([`csi_common::events::EventRecorder`]), the one every
 //! sidecar uses: kube-controller-manager's recorder is client-go's too (POST a new Event named
 //! `<object>.<hex nanoseconds>`, then a strategic-merge PATCH of `count`, `lastTimestamp` and
-//! `message` when it repeats; fixture `traffic/kube-controller-manager-volume-requests.txt`).
+//! `message` when it repeats; fixture `traffic/kube-controller-manager-volume-requests.txt`),
+//! and its broadcaster writes one Event at a time, waiting for each answer
+//! ([`csi_common::events::EventRecorder::one_at_a_time`]; a sidecar's writer keeps several in
+//! flight).
 
 pub use csi_common::events::EventType;
 

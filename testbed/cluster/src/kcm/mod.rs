@@ -376,8 +376,8 @@ pub async fn run(
         .graceful_shutdown_on(shutdown.clone());
 
     // The writer ends once the controllers and the workers (and with them every recorder
-    // clone) are gone.
-    let (recorder, events) = EventRecorder::new(client.clone(), COMPONENT.to_owned());
+    // clone) are gone. One write at a time, as kube-controller-manager's broadcaster.
+    let (recorder, events) = EventRecorder::one_at_a_time(client.clone(), COMPONENT.to_owned());
     // The backoff bounds go unused: failed syncs are retried with `add_after`.
     let (claim_queue, claim_delays) = WorkQueue::new(
         config.retry_interval,
