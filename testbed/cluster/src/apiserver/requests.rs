@@ -152,13 +152,25 @@ impl RequestCounts {
     /// far, from every client: a request is in flight from its arrival, any latency the test
     /// injected included, until its answer starts (for a watch, until its stream opens).
     pub fn peak_in_flight(&self, verb: &str, resource: &str) -> usize {
+        self.in_flight_count(verb, resource).peak
+    }
+
+    /// How many `verb` requests on `resource` are being served now (see
+    /// [`RequestCounts::peak_in_flight`]): a test that must catch a client waiting on a request
+    /// waits for this to be above zero.
+    pub fn in_flight(&self, verb: &str, resource: &str) -> usize {
+        self.in_flight_count(verb, resource).now
+    }
+
+    fn in_flight_count(&self, verb: &str, resource: &str) -> InFlightCount {
         let in_flight = self
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         in_flight
             .get(&(verb.to_owned(), resource.to_owned()))
-            .map_or(0, |count| count.peak)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Notes a watch of `client` opened; [`RequestCounts::watch_closed`] when it ends.
@@ -247,12 +259,14 @@ mod tests {
         let second = counts.begin("update", "persistentvolumeclaims");
         let other = counts.begin("update", "persistentvolumeclaims/status");
         assert_eq!(counts.peak_in_flight("update", "persistentvolumeclaims"), 2);
+        assert_eq!(counts.in_flight("update", "persistentvolumeclaims"), 2);
         drop(first);
         drop(second);
         // One after the other: the peak stays what it was, and one more at a time adds nothing.
         let third = counts.begin("update", "persistentvolumeclaims");
         drop(third);
         assert_eq!(counts.peak_in_flight("update", "persistentvolumeclaims"), 2);
+        assert_eq!(counts.in_flight("update", "persistentvolumeclaims"), 0);
         assert_eq!(
             counts.peak_in_flight("update", "persistentvolumeclaims/status"),
             1

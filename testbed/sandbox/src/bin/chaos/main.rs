@@ -18,6 +18,7 @@ mod node;
 mod report;
 mod rig;
 mod scenario;
+mod thaw;
 mod workload;
 
 use std::io::Write as _;

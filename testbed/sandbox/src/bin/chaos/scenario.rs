@@ -19,7 +19,7 @@ use crate::Sidecar;
 use crate::fault::Fault;
 use crate::rig::{LeaderTimings, NAMESPACE, Rig};
 use crate::workload::{Tally, Workload};
-use crate::{empty_ids, garbage};
+use crate::{empty_ids, garbage, thaw};
 
 /// How often progress is read.
 const POLL: Duration = Duration::from_millis(100);
@@ -319,7 +319,11 @@ async fn strike(
             ));
             check_takeover(rig, since_renewal, problems);
         }
-        Fault::LeaderStop => leader_stop(rig, notes, problems).await?,
+        Fault::LeaderStop => {
+            // The attacher's workload has no publish secrets: nothing to read before its calls.
+            let reads_secrets = !matches!(work, Workload::Attacher(_));
+            leader_stop(rig, reads_secrets, notes, problems).await?;
+        }
         Fault::DriverCrash => {
             rig.driver.stop().await?;
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -349,13 +353,34 @@ async fn strike(
     Ok(())
 }
 
+/// How long every API request takes while a leader is frozen: long enough that some of its
+/// workers are caught reading a Secret, short beside the takeover margin.
+const FREEZE_LATENCY: Duration = Duration::from_millis(50);
+
 /// SIGSTOP the leader until the standby holds the Lease, then SIGCONT it: it must see that
 /// its renew deadline passed and exit 1 (before acting again).
+///
+/// When the workload reads Secrets before its CSI calls (`reads_secrets`), the leader is
+/// frozen while a Secret read is in flight, slowed by [`FREEZE_LATENCY`]: a worker thawed with
+/// the Secret in hand goes on to its CreateVolume or ControllerExpandVolume after the renew
+/// deadline, the call the fence must refuse whatever task the runtime polls first. The row
+/// notes how many it refused, and fails if any went to the driver ([`thaw::calls_since`]).
 async fn leader_stop(
     rig: &mut Rig,
+    reads_secrets: bool,
     notes: &mut Vec<String>,
     problems: &mut Vec<String>,
 ) -> anyhow::Result<()> {
+    rig.server.faults().add_latency(FREEZE_LATENCY);
+    if reads_secrets {
+        let caught = wait_until(Duration::from_secs(5), || {
+            rig.server.requests().in_flight("get", "secrets") > 0
+        })
+        .await;
+        if !caught {
+            notes.push("no Secret read in flight at the freeze".to_owned());
+        }
+    }
     let leader = rig.leader().context("no leader")?;
     leader.process.signal(Signal::STOP)?;
     let (took, since_renewal) = standby_takeover(rig).await?;
@@ -370,8 +395,11 @@ async fn leader_stop(
         .iter_mut()
         .find(|r| r.name == "replica-a")
         .context("replica-a is gone")?;
+    let thawed = Timestamp::now();
     stopped.process.signal(Signal::CONT)?;
-    match stopped.process.wait_exit(Duration::from_secs(15)).await {
+    let exit = stopped.process.wait_exit(Duration::from_secs(15)).await;
+    rig.server.faults().add_latency(Duration::ZERO);
+    match exit {
         Ok(status) => {
             notes.push(format!("resumed leader exited with {status}"));
             if status.code() != Some(1) {
@@ -380,7 +408,32 @@ async fn leader_stop(
         }
         Err(e) => problems.push(format!("resumed leader kept running: {e}")),
     }
+    let stopped = rig
+        .replicas
+        .iter()
+        .find(|r| r.name == "replica-a")
+        .context("replica-a is gone")?;
+    let calls = thaw::calls_since(&stopped.process.log_text(), thawed);
+    notes.push(format!("{} CSI calls refused by its fence", calls.refused));
+    if calls.sent() > 0 {
+        problems.push(format!(
+            "the resumed leader sent {} volume-changing CSI calls after its renew deadline",
+            calls.sent()
+        ));
+    }
     Ok(())
+}
+
+/// Polls `ready` until it holds or `timeout` passes; whether it held.
+async fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    true
 }
 
 /// Another writer: touches every claim and VolumeAttachment of the scenario over and over
