@@ -13,6 +13,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
 use testbed_support::process::Signal;
+use testbed_support::wait::within;
 use tokio::time::Instant;
 
 use crate::Sidecar;
@@ -373,11 +374,11 @@ async fn leader_stop(
 ) -> anyhow::Result<()> {
     rig.server.faults().add_latency(FREEZE_LATENCY);
     if reads_secrets {
-        let caught = wait_until(Duration::from_secs(5), || {
-            rig.server.requests().in_flight("get", "secrets") > 0
+        let caught = within(Duration::from_secs(5), async || {
+            (rig.server.requests().in_flight("get", "secrets") > 0).then_some(())
         })
         .await;
-        if !caught {
+        if caught.is_none() {
             notes.push("no Secret read in flight at the freeze".to_owned());
         }
     }
@@ -422,18 +423,6 @@ async fn leader_stop(
         ));
     }
     Ok(())
-}
-
-/// Polls `ready` until it holds or `timeout` passes; whether it held.
-async fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while !ready() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    true
 }
 
 /// Another writer: touches every claim and VolumeAttachment of the scenario over and over
