@@ -648,6 +648,42 @@ fn list_volumes_pages_in_creation_order() {
     );
 }
 
+/// What the table's indexes must keep of a list: deleting keeps the others in creation order,
+/// a deleted name can be created again (at the end), and an inserted volume replaces one of
+/// the same id in its place.
+#[test]
+fn deleting_and_inserting_keep_creation_order_and_names() {
+    let cfg = MockDriverConfig::default();
+    let mut t = VolumeTable::default();
+    let [a, b, c] = ["a", "b", "c"].map(|n| created(&mut t, &cfg, n, GI).volume_id);
+    t.delete_volume(
+        &cfg,
+        &csi::DeleteVolumeRequest {
+            volume_id: b.clone(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(list(&t, &cfg, 0, "").0, [a.clone(), c.clone()]);
+    assert!(t.by_name("b").is_none());
+    let b_again = created(&mut t, &cfg, "b", 2 * GI).volume_id;
+    assert_eq!(list(&t, &cfg, 0, "").0, [a.clone(), c.clone(), b_again]);
+    // Found by name: the same volume, no new entry.
+    assert_eq!(created(&mut t, &cfg, "a", GI).volume_id, a);
+    assert_eq!(t.snapshot().len(), 3);
+    // Replaced by id in place; a volume inserted without a name is not found by one.
+    t.upsert(MockVolume::new(c.clone(), 5 * GI));
+    assert_eq!(list(&t, &cfg, 0, "").0[1], c);
+    assert_eq!(t.by_id(&c).map(|v| v.capacity_bytes), Some(5 * GI));
+    assert!(t.by_name("c").is_none());
+    t.upsert(MockVolume::new("static", GI));
+    assert!(t.by_name("").is_none());
+    assert_eq!(
+        list(&t, &cfg, 0, "").0.last().map(String::as_str),
+        Some("static")
+    );
+}
+
 #[test]
 fn list_volumes_reports_published_nodes_with_that_capability() {
     let mut cfg = MockDriverConfig::default();
