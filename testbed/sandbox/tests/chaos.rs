@@ -35,12 +35,16 @@ async fn run_chaos(args: &[String]) -> String {
         .await
         .unwrap();
     let table = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "chaos exited with {}:\n{table}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    if !output.status.success() {
+        // A failed row is kept for its sidecar logs: a CI flake is diagnosed from them.
+        let kept = work.keep();
+        panic!(
+            "chaos exited with {} (logs kept in {}):\n{table}\n{}",
+            output.status,
+            kept.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
     table
 }
 
