@@ -133,6 +133,33 @@ pub fn error_text(err: &kube::Error) -> String {
     }
 }
 
+/// Whether a request that failed with `err` may still have been carried out: it left this
+/// process and its answer never came (the connection broke or the request timed out on its
+/// way). kube-apiserver commits a write before it answers, so such a write may be stored. An
+/// answer from the server, a connection that could not be opened, a request that could not
+/// be built, and a write the fence held back ([`NotLeading`]) were
+/// not carried out.
+pub fn may_have_been_applied(err: &kube::Error) -> bool {
+    if matches!(
+        err,
+        kube::Error::Api(_) | kube::Error::BuildRequest(_) | kube::Error::Auth(_)
+    ) {
+        return false;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(hyper_util::client::legacy::Error::is_connect)
+            || cause.is::<crate::fence::NotLeading>()
+        {
+            return false;
+        }
+        source = cause.source();
+    }
+    true
+}
+
 /// What client-go prints for an error `Status` the API server sent: its message, or for a
 /// Status without one, client-go `NewGenericServerResponse`'s fallback.
 pub fn status_text(status: &kube::core::Status) -> String {
@@ -638,6 +665,50 @@ mod tests {
         let small = RateLimitLayer::new(1.0, 1).unwrap();
         assert!(!small.has_spare_token());
         assert!(RateLimitLayer::unlimited().has_spare_token());
+    }
+
+    /// A GET of a Secret through a plain kube client at `url`: the error it ends with.
+    async fn get_error(url: &str) -> kube::Error {
+        let config = kube::Config::new(url.parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let api: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(client, "default");
+        api.get("x").await.expect_err("no API server answers")
+    }
+
+    #[tokio::test]
+    async fn a_request_is_taken_as_maybe_applied_only_when_it_left_and_no_answer_came() {
+        // Nobody listens: the connection is refused, nothing was sent.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let refused = get_error(&format!("http://127.0.0.1:{port}")).await;
+        assert!(!may_have_been_applied(&refused), "{refused:?}");
+
+        // The server reads the request and closes the connection without an answer, as a
+        // kube-apiserver that stops (or a cut connection) after committing a write.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt as _;
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0_u8; 1024];
+            let _ = socket.read(&mut buf).await;
+        });
+        let cut = get_error(&format!("http://{addr}")).await;
+        server.await.unwrap();
+        assert!(may_have_been_applied(&cut), "{cut:?}");
+
+        // An answer, and a write the fence held back, were not carried out.
+        let answered = kube::Error::Api(Box::new(kube::core::Status {
+            code: 500,
+            ..kube::core::Status::default()
+        }));
+        assert!(!may_have_been_applied(&answered));
+        let fenced = kube::Error::Service(Box::new(NotLeading));
+        assert!(!may_have_been_applied(&fenced));
     }
 
     #[test]

@@ -29,7 +29,24 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
     let Some(cached) = ctx.stores.claim(key) else {
         return Outcome::Done;
     };
-    let pvc = ctx.state.claim(key, cached);
+    let mut pvc = ctx.state.claim(key, cached);
+    if ctx.state.take_uncertain(key) {
+        // Our last status write may be stored unseen (module `write`): act on the claim as
+        // the API server has it, not on a cache that may predate the write.
+        match read_claim(ctx, &pvc).await {
+            Ok(Some(fresh)) => pvc = Arc::new(fresh),
+            Ok(None) => return Outcome::Done,
+            Err(err) => {
+                ctx.state.mark_uncertain(key);
+                tracing::warn!(
+                    pvc = key,
+                    error = error_chain(&err),
+                    "cannot read the claim"
+                );
+                return Outcome::Retry;
+            }
+        }
+    }
     let pv = decide::bound_volume(&pvc).and_then(|name| ctx.stores.volume(name));
     if ctx.settings.annotate_fs_resize
         && let Some(pv) = &pv
@@ -384,6 +401,18 @@ pub(super) async fn write_status<D>(
     resource_version_check: bool,
 ) -> Result<PersistentVolumeClaim, Outcome> {
     super::write::claim_status(&ctx.client, &ctx.state, old, new, resource_version_check).await
+}
+
+/// The claim as the API server has it now; `None` once it is gone.
+async fn read_claim<D>(
+    ctx: &Context<D>,
+    pvc: &PersistentVolumeClaim,
+) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
+    let namespace = pvc.metadata.namespace.as_deref().unwrap_or_default();
+    let api: kube::Api<PersistentVolumeClaim> =
+        kube::Api::namespaced(ctx.client.clone(), namespace);
+    api.get_opt(pvc.metadata.name.as_deref().unwrap_or_default())
+        .await
 }
 
 async fn patch_volume<D>(

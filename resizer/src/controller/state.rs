@@ -35,6 +35,9 @@ struct Inner {
     written: HashMap<String, Option<i64>>,
     claims: HashMap<String, Written>,
     in_use: HashSet<String>,
+    /// Claims whose last status write may be stored though its answer was lost (the
+    /// connection broke on the way): the next sync reads the claim from the API server first.
+    uncertain: HashSet<String>,
     /// Tells apart the announcements of two writes of one claim (the resize and the modify
     /// controller may both write it).
     writes: u64,
@@ -100,6 +103,16 @@ impl State {
     /// Whether the claim carries the in-use mark.
     pub(crate) fn in_use(&self, key: &str) -> bool {
         self.lock().in_use.contains(key)
+    }
+
+    /// Notes that a status write of the claim may be stored though its answer was lost.
+    pub(crate) fn mark_uncertain(&self, key: &str) {
+        self.lock().uncertain.insert(key.to_owned());
+    }
+
+    /// Whether a status write of the claim may be stored unseen; clears the note.
+    pub(crate) fn take_uncertain(&self, key: &str) -> bool {
+        self.lock().uncertain.remove(key)
     }
 
     /// Puts the claim in the slow set, unless it is there already.
@@ -217,6 +230,7 @@ impl State {
         inner.slow.remove(key);
         inner.claims.remove(key);
         inner.in_use.remove(key);
+        inner.uncertain.remove(key);
         if let Some(pv) = pv {
             inner.written.remove(pv);
         }

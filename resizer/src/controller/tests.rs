@@ -43,10 +43,10 @@ impl ExpandDriver for ScriptedDriver {
 }
 
 struct Harness {
-    _server: ApiServer,
+    server: ApiServer,
     ctx: Context<ScriptedDriver>,
     events: mpsc::Receiver<NewEvent>,
-    _informers: tokio::task::JoinSet<()>,
+    informers: tokio::task::JoinSet<()>,
 }
 
 fn settings() -> Settings {
@@ -106,10 +106,10 @@ async fn harness(answers: Vec<Result<Expanded, CsiError>>) -> Harness {
         pods: None,
     };
     Harness {
-        _server: server,
+        server,
         ctx,
         events,
-        _informers: informers,
+        informers,
     }
 }
 
@@ -196,6 +196,48 @@ async fn a_sync_from_the_stale_cache_after_our_write_does_not_expand_again() {
     assert_eq!(*h.ctx.driver.requested.lock().unwrap(), [2 * GI]);
     let reasons: Vec<_> = h.reasons().into_iter().map(|(r, _)| r).collect();
     assert_eq!(reasons, ["Resizing", "FileSystemResizeRequired"]);
+}
+
+/// The chaos suite's `api-restart-compacted` duplicate: the claim's finished status is stored
+/// but its answer lost to a broken connection, and the watch is down, so the cache still
+/// has the claim from before. The next sync reads the claim from the API server and does not
+/// expand again for a size the claim already records.
+#[tokio::test]
+async fn a_status_write_whose_answer_was_lost_is_read_back_before_the_next_call() {
+    let unavailable = || Err(CsiError::status(tonic::Code::Unavailable, "busy"));
+    let mut h = harness(vec![
+        unavailable(),
+        Ok(answer(2 * GI, false)),
+        Ok(answer(2 * GI, false)),
+    ])
+    .await;
+    // The watch is cut: the caches keep the claim and PV from before the writes.
+    h.informers.abort_all();
+    // A first attempt fails at the driver, after the in-progress status was written; the
+    // second sync then has only the finished status to write, and its answer is lost.
+    assert_eq!(expand::sync(&h.ctx, KEY).await, Outcome::Retry);
+    h.server
+        .faults()
+        .lose_answers("patch", "persistentvolumeclaims/status", 1);
+    assert_eq!(expand::sync(&h.ctx, KEY).await, Outcome::Retry);
+    assert_eq!(*h.ctx.driver.requested.lock().unwrap(), [2 * GI, 2 * GI]);
+    let stored = h.claim().await.status.unwrap();
+    assert_eq!(
+        stored.capacity,
+        Some(storage("2Gi")),
+        "the lost write is stored"
+    );
+
+    assert_eq!(expand::sync(&h.ctx, KEY).await, Outcome::Done);
+    assert_eq!(
+        *h.ctx.driver.requested.lock().unwrap(),
+        [2 * GI, 2 * GI],
+        "no third ControllerExpandVolume for the size the claim records"
+    );
+    // The failed attempt, then the one whose answer was lost; the read-back claim needs
+    // nothing more (the success Event went with the answer).
+    let reasons: Vec<_> = h.reasons().into_iter().map(|(r, _)| r).collect();
+    assert_eq!(reasons, ["Resizing", "VolumeResizeFailed", "Resizing"]);
 }
 
 #[tokio::test]

@@ -1,6 +1,11 @@
 //! The API writes both controllers make: a claim's `/status` patch from the claim before to
 //! the claim after (remembered in `State` so the next sync does not act on an older cached
-//! copy), and a PV strategic-merge patch.
+//! copy), and a PV strategic-merge patch. A status write that failed after it left, its answer
+//! lost to a broken connection, may be stored all the same: `State` notes it, and the next
+//! expansion sync reads the claim from the API server before it acts (the chaos suite's
+//! `api-restart-compacted` row saw a claim's finished status stored, its answer cut by the
+//! restart, and the next sync, from a cache the cut watch had not updated, call
+//! ControllerExpandVolume again for a size the claim already recorded).
 
 use std::sync::Arc;
 
@@ -47,6 +52,9 @@ pub(super) async fn claim_status(
                 error = error_chain(&err),
                 "cannot update the claim status"
             );
+            if csi_common::kube_client::may_have_been_applied(&err) {
+                state.mark_uncertain(&format!("{namespace}/{name}"));
+            }
             Err(Outcome::Retry)
         }
     }

@@ -89,6 +89,39 @@ async fn a_kube_client_over_the_router_creates_reads_patches_and_deletes() {
     assert!(pvcs.get_opt("data").await.unwrap().is_none());
 }
 
+/// Fault `lose_answers`: the write is stored, its answer cut off after the headers, so the
+/// client gets an error and not the object, as when kube-apiserver's connection breaks after
+/// it committed the write. The next matching request is answered again.
+#[tokio::test]
+async fn a_lost_answer_leaves_the_write_stored_and_the_client_an_error() {
+    let server = ApiServer::new();
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(server.client(), "default");
+    pvcs.create(&PostParams::default(), &pvc("data"))
+        .await
+        .unwrap();
+    server
+        .faults()
+        .lose_answers("patch", "persistentvolumeclaims/status", 1);
+    let status = Patch::Merge(json!({"status": {"phase": "Bound"}}));
+    let lost = pvcs
+        .patch_status("data", &PatchParams::default(), &status)
+        .await
+        .expect_err("the answer was cut off");
+    assert!(!matches!(lost, kube::Error::Api(_)), "{lost:?}");
+    assert!(
+        csi_common::kube_client::may_have_been_applied(&lost),
+        "{lost:?}"
+    );
+    let stored = pvcs.get("data").await.unwrap();
+    assert_eq!(stored.status.unwrap().phase.as_deref(), Some("Bound"));
+    let again = Patch::Merge(json!({"status": {"phase": "Lost"}}));
+    let answered = pvcs
+        .patch_status("data", &PatchParams::default(), &again)
+        .await
+        .unwrap();
+    assert_eq!(answered.status.unwrap().phase.as_deref(), Some("Lost"));
+}
+
 #[tokio::test]
 async fn a_stale_lease_update_conflicts_like_leader_election_expects() {
     let server = ApiServer::new();

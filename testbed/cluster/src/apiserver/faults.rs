@@ -1,5 +1,5 @@
 //! Fault injection for reliability tests: fail the next N requests matching a verb and
-//! resource with a chosen HTTP status, add latency to every request, end every open watch (as
+//! resource with a chosen HTTP status, carry them out and lose their answers, add latency to every request, end every open watch (as
 //! an apiserver restart does) and compact the history (so resumed watches get 410 Expired).
 
 use std::sync::{Arc, Mutex};
@@ -15,9 +15,18 @@ struct FailRule {
     remaining: usize,
 }
 
+/// Requests to carry out whose answer is then lost.
+#[derive(Debug, Clone)]
+struct LoseRule {
+    verb: String,
+    resource: String,
+    remaining: usize,
+}
+
 #[derive(Debug, Default)]
 struct FaultState {
     rules: Vec<FailRule>,
+    lost: Vec<LoseRule>,
     latency: Duration,
 }
 
@@ -58,6 +67,19 @@ impl Faults {
         });
     }
 
+    /// Carry out the next `count` requests whose verb and resource match (as in
+    /// [`Faults::fail`]), then cut their answers off after the headers: the client reads an
+    /// incomplete message and does not learn that its write is stored. kube-apiserver commits
+    /// a write to etcd before it answers, so a connection that breaks in between (a restart,
+    /// a network cut) leaves the same uncertainty.
+    pub fn lose_answers(&self, verb: &str, resource: &str, count: usize) {
+        self.state().lost.push(LoseRule {
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+            remaining: count,
+        });
+    }
+
     /// Delay every request by `latency` (watch streams: before they open).
     pub fn add_latency(&self, latency: Duration) {
         self.state().latency = latency;
@@ -82,6 +104,22 @@ impl Faults {
 
     pub(crate) fn latency(&self) -> Duration {
         self.state().latency
+    }
+
+    /// Whether this request's answer is to be lost, consuming one use of the first matching
+    /// [`Faults::lose_answers`] rule.
+    pub(crate) fn lose_answer(&self, verb: &str, resource: &str) -> bool {
+        let mut state = self.state();
+        let Some(rule) = state
+            .lost
+            .iter_mut()
+            .find(|r| r.remaining > 0 && matches(&r.verb, verb) && matches(&r.resource, resource))
+        else {
+            return false;
+        };
+        rule.remaining -= 1;
+        state.lost.retain(|r| r.remaining > 0);
+        true
     }
 
     /// The status to fail this request with, consuming one use of the first matching rule.

@@ -179,6 +179,34 @@ fn labels(
     (verb(method, has_name, query), resource)
 }
 
+/// Counts a resource request in flight from its arrival, the injected latency included: a
+/// slow server holds each request for its latency, and how many a client has waiting at once
+/// is the client's doing.
+fn in_flight<'a>(
+    shared: &'a Shared,
+    method: &Method,
+    route: &Route,
+    query: &Query,
+) -> Option<requests::InFlight<'a>> {
+    let Route::Resource {
+        info,
+        name,
+        subresource,
+        ..
+    } = route
+    else {
+        return None;
+    };
+    let (verb, resource) = labels(
+        method,
+        name.is_some(),
+        query,
+        info.plural,
+        subresource.as_deref(),
+    );
+    Some(shared.requests.begin(verb, &resource))
+}
+
 /// Whether reading a body failed on [`MAX_BODY`] rather than on the connection.
 fn is_length_limit(err: &axum::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
@@ -196,26 +224,7 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
     let (parts, body) = request.into_parts();
     let query = Query::parse(parts.uri.query());
     let route = parse_route(parts.uri.path());
-    // In flight from its arrival, the injected latency included: a slow server holds each
-    // request for its latency, and how many a client has waiting at once is the client's doing.
-    let _in_flight = match &route {
-        Route::Resource {
-            info,
-            name,
-            subresource,
-            ..
-        } => {
-            let (verb, resource) = labels(
-                &parts.method,
-                name.is_some(),
-                &query,
-                info.plural,
-                subresource.as_deref(),
-            );
-            Some(shared.requests.begin(verb, &resource))
-        }
-        _ => None,
-    };
+    let _in_flight = in_flight(&shared, &parts.method, &route, &query);
     let latency = shared.faults.latency();
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
@@ -288,10 +297,30 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
                 format,
                 managed_fields: shared.config.managed_fields,
             };
-            let result = serve(&shared, &parts.method, req, body).await;
-            result.unwrap_or_else(IntoResponse::into_response)
+            let lose_answer = shared.faults.lose_answer(verb, &fault_resource);
+            let response = serve(&shared, &parts.method, req, body)
+                .await
+                .unwrap_or_else(IntoResponse::into_response);
+            if lose_answer {
+                cut_off(response)
+            } else {
+                response
+            }
         }
     }
+}
+
+/// `response` with its body cut off after the headers (fault `lose_answers`): hyper ends the
+/// connection when the body fails, and the client reads an incomplete message.
+fn cut_off(response: Response) -> Response {
+    let (mut parts, _) = response.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body = axum::body::Body::from_stream(futures::stream::once(async {
+        Err::<axum::body::Bytes, std::io::Error>(std::io::Error::other(
+            "the answer was lost (fault injected)",
+        ))
+    }));
+    Response::from_parts(parts, body)
 }
 
 async fn serve(
