@@ -270,24 +270,34 @@ async fn writes_of_one_event_keep_their_order_and_the_newest_count_wins() {
         .unwrap();
 }
 
+/// Records an event for `a`, then one for `b`; takes a's write, leaves it unanswered for 10 s,
+/// answers it and takes the next write, which must be b's. Returns when a's write was sent,
+/// when it was answered, and b's write.
+async fn b_after_a_held_10_s(
+    recorder: &EventRecorder,
+    handle: &mut ApiHandle,
+) -> (Instant, Instant, Sent) {
+    record(recorder, &failed("a"));
+    record(recorder, &failed("b"));
+    let a = next(handle).await;
+    assert_eq!(a.body["involvedObject"]["name"], "a");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let answered = Instant::now();
+    answer(a.respond);
+    let b = next(handle).await;
+    assert_eq!(b.body["involvedObject"]["name"], "b");
+    (a.at, answered, b)
+}
+
 #[tokio::test(start_paused = true)]
 async fn while_the_bucket_throttles_the_next_write_waits_for_the_one_in_flight() {
     // One token, then one a second: a's write spends the burst.
     let (recorder, mut handle, writer) = recorder(RateLimitLayer::new(1.0, 1).unwrap());
     let start = Instant::now();
-    record(&recorder, &failed("a"));
-    record(&recorder, &failed("b"));
-    let a = next(&mut handle).await;
-    assert_eq!(a.body["involvedObject"]["name"], "a");
-    assert_eq!(a.at, start);
-
-    // a stays unanswered for 10 s. A writer that started b's write beside it would have
-    // reserved the next token and sent it 1 s in.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let answered = Instant::now();
-    answer(a.respond);
-    let b = next(&mut handle).await;
-    assert_eq!(b.body["involvedObject"]["name"], "b");
+    // A writer that started b's write beside a's would have reserved the next token and sent
+    // it 1 s in.
+    let (a_at, answered, b) = b_after_a_held_10_s(&recorder, &mut handle).await;
+    assert_eq!(a_at, start);
     assert_eq!(
         b.at, answered,
         "started when a's answer came, with a refilled token"
@@ -302,18 +312,9 @@ async fn a_recorder_of_one_write_at_a_time_waits_for_each_answer() {
     let (client, mut handle) = stamped_client(&RateLimitLayer::unlimited());
     let (recorder, writer) = EventRecorder::one_at_a_time(client, "test".into());
     let writer = tokio::spawn(writer);
-    record(&recorder, &failed("a"));
-    record(&recorder, &failed("b"));
-    let a = next(&mut handle).await;
-    assert_eq!(a.body["involvedObject"]["name"], "a");
-
-    // a stays unanswered for 10 s. With no bucket to wait for, a writer that started b's
-    // write beside it would have sent it at once.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let answered = Instant::now();
-    answer(a.respond);
-    let b = next(&mut handle).await;
-    assert_eq!(b.body["involvedObject"]["name"], "b");
+    // With no bucket to wait for, a writer that started b's write beside a's would have sent
+    // it at once.
+    let (_, answered, b) = b_after_a_held_10_s(&recorder, &mut handle).await;
     assert_eq!(b.at, answered, "sent when a's answer came");
 
     answer(b.respond);

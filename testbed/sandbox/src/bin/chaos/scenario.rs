@@ -409,11 +409,6 @@ async fn leader_stop(
         }
         Err(e) => problems.push(format!("resumed leader kept running: {e}")),
     }
-    let stopped = rig
-        .replicas
-        .iter()
-        .find(|r| r.name == "replica-a")
-        .context("replica-a is gone")?;
     let calls = thaw::calls_since(&stopped.process.log_text(), thawed);
     notes.push(format!("{} CSI calls refused by its fence", calls.refused));
     if calls.sent() > 0 {
