@@ -32,8 +32,9 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
     let mut pvc = ctx.state.claim(key, cached);
     if ctx.state.take_uncertain(key) {
         // Our last status write may be stored unseen (module `write`): act on the claim as
-        // the API server has it, not on a cache that may predate the write.
-        match read_claim(ctx, &pvc).await {
+        // the API server has it, not on a cache that may predate the write; the claim read is
+        // kept for later syncs as our write's answer would have been.
+        match ctx.state.read_back(key, read_claim(ctx, &pvc)).await {
             Ok(Some(fresh)) => pvc = Arc::new(fresh),
             Ok(None) => return Outcome::Done,
             Err(err) => {

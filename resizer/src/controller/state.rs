@@ -1,8 +1,9 @@
 //! What the resize controller remembers between syncs of a claim, in memory only (as upstream):
 //! the claims whose last call ended with a final error, the slow set of infeasible sizes
-//! (csi-lib-utils `slowset`, spec §5.6), and the claims and PV sizes this process wrote, so a
-//! sync that runs before the watch delivers our own write does not act on the older copy
-//! (upstream updates its informer cache in place after each write for the same reason).
+//! (csi-lib-utils `slowset`, spec §5.6), and the claims and PV sizes this process wrote (or read
+//! back after a write whose answer was lost), so a sync that runs before the watch delivers our
+//! own write does not act on the older copy (upstream updates its informer cache in place
+//! after each write for the same reason).
 //!
 //! A claim's written copy is announced *before* its write ([`State::write_claim`]): the claim
 //! can be deleted while the write is on its way, and its Deleted event (whose handler forgets
@@ -197,6 +198,31 @@ impl State {
         result
     }
 
+    /// Runs `read`, a GET of the claim `key` after a status write whose answer was lost,
+    /// announced like a write: the claim it returns is kept as that write's answer would have
+    /// been, so a later sync from a cache still behind acts on it too (the attacher's model
+    /// test found such a second sync; `a_status_write_whose_answer_was_lost_is_read_back_before_the_next_call`
+    /// shows it here).
+    pub(crate) async fn read_back<E>(
+        &self,
+        key: &str,
+        read: impl Future<Output = Result<Option<PersistentVolumeClaim>, E>>,
+    ) -> Result<Option<PersistentVolumeClaim>, E> {
+        // `None` is a claim that is gone, `Some` a failed read: neither keeps a copy.
+        let kept = self.write_claim(key, async {
+            match read.await {
+                Ok(Some(claim)) => Ok(claim),
+                Ok(None) => Err(None),
+                Err(err) => Err(Some(err)),
+            }
+        });
+        match kept.await {
+            Ok(claim) => Ok(Some(claim)),
+            Err(None) => Ok(None),
+            Err(Some(err)) => Err(err),
+        }
+    }
+
     /// The PV size we last wrote for `pv`, if any.
     pub(crate) fn written(&self, pv: &str) -> Option<i64> {
         self.lock().written.get(pv).copied().flatten()
@@ -342,6 +368,38 @@ mod tests {
             .await;
         assert!(failed.is_err());
         assert_eq!(state.lock().written.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_claim_read_back_is_kept_like_an_answer_and_a_gone_or_failed_read_keeps_nothing() {
+        let state = State::new(Duration::from_secs(1));
+        let read = state
+            .read_back("ns/a", async { Ok::<_, ()>(Some(claim("12"))) })
+            .await;
+        assert!(read.unwrap().is_some());
+        let seen = state.claim("ns/a", Arc::new(claim("11")));
+        assert_eq!(seen.metadata.resource_version.as_deref(), Some("12"));
+        state.forget("ns/a", None);
+
+        let gone = state.read_back("ns/a", async { Ok::<_, ()>(None) }).await;
+        assert_eq!(gone, Ok(None));
+        assert_eq!(kept(&state), 0);
+        let failed = state
+            .read_back("ns/a", async {
+                Err::<Option<PersistentVolumeClaim>, _>("503")
+            })
+            .await;
+        assert_eq!(failed, Err("503"));
+        assert_eq!(kept(&state), 0);
+        // Deleted while the read was on its way: nothing stays behind.
+        let raced = state
+            .read_back("ns/a", async {
+                state.forget("ns/a", None);
+                Ok::<_, ()>(Some(claim("12")))
+            })
+            .await;
+        assert!(raced.unwrap().is_some());
+        assert_eq!(kept(&state), 0);
     }
 
     #[tokio::test]

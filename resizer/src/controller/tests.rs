@@ -201,13 +201,16 @@ async fn a_sync_from_the_stale_cache_after_our_write_does_not_expand_again() {
 /// The chaos suite's `api-restart-compacted` duplicate: the claim's finished status is stored
 /// but its answer lost to a broken connection, and the watch is down, so the cache still
 /// has the claim from before. The next sync reads the claim from the API server and does not
-/// expand again for a size the claim already records.
+/// expand again for a size the claim already records; nor does a later sync from the same
+/// stale cache (before the claim read was kept, that one called the driver a third time).
 #[tokio::test]
 async fn a_status_write_whose_answer_was_lost_is_read_back_before_the_next_call() {
     let unavailable = || Err(CsiError::status(tonic::Code::Unavailable, "busy"));
     let mut h = harness(vec![
         unavailable(),
         Ok(answer(2 * GI, false)),
+        Ok(answer(2 * GI, false)),
+        // Scripted so that a wrong third call shows as the count below, not a panic.
         Ok(answer(2 * GI, false)),
     ])
     .await;
@@ -233,6 +236,15 @@ async fn a_status_write_whose_answer_was_lost_is_read_back_before_the_next_call(
         *h.ctx.driver.requested.lock().unwrap(),
         [2 * GI, 2 * GI],
         "no third ControllerExpandVolume for the size the claim records"
+    );
+    // A sync started by a late watch event, the cache still behind: the claim read back is
+    // kept as our own write's answer would be, so no second read and no call.
+    let gets = h.server.requests().get("get", "persistentvolumeclaims");
+    assert_eq!(expand::sync(&h.ctx, KEY).await, Outcome::Done);
+    assert_eq!(h.ctx.driver.requested.lock().unwrap().len(), 2);
+    assert_eq!(
+        h.server.requests().get("get", "persistentvolumeclaims"),
+        gets
     );
     // The failed attempt, then the one whose answer was lost; the read-back claim needs
     // nothing more (the success Event went with the answer).
