@@ -8,6 +8,9 @@ mod detach;
 mod locks;
 mod reconcile;
 mod settled;
+#[cfg(test)]
+mod tests;
+mod unanswered;
 mod volume;
 
 use std::collections::HashSet;
@@ -18,6 +21,7 @@ use csi_common::controller::{self, Outcome, Workers};
 use csi_common::events::{self, EventRecorder, EventType};
 use csi_common::informer::Store;
 use csi_common::informer::{self, Change, InformerTask};
+use csi_common::kube_client::KubeError;
 use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
 use futures::FutureExt;
@@ -27,6 +31,7 @@ use kube::{Api, Client};
 
 use self::locks::KeyLocks;
 use self::settled::Settled;
+use self::unanswered::ReadBack;
 use crate::cached::{self, PersistentVolume, VolumeAttachment};
 use crate::csi::AttachDriver;
 use crate::decide::{self, VaAction};
@@ -295,7 +300,7 @@ impl StoreHandlers {
             Change::Deleted(va) => {
                 if let Some(name) = &va.metadata.name {
                     routing.locks.forget(name);
-                    routing.settled.forget(name);
+                    routing.settled.gone(name);
                 }
                 if let Some(pv) = crate::source::pv_name(va) {
                     routing.queues.volumes.add(pv.to_owned());
@@ -438,12 +443,27 @@ async fn resync_loop<D: Send + Sync + 'static>(
 /// One VolumeAttachment, from either queue: decided from the cache, then carried out.
 async fn sync_attachment<D: AttachDriver>(ctx: &Context<D>, name: &str) -> Outcome {
     let _guard = ctx.locks.lock(name).await;
+    let unanswered = ctx.settled.take_unanswered(name);
     // Our own finished write, read before the cache (settled.rs says why the order matters).
     let settled = ctx.settled.entry(name);
-    let Some(va) = ctx.stores.attachment(name) else {
-        ctx.settled.forget(name);
+    let Some(mut va) = ctx.stores.attachment(name) else {
+        ctx.settled.gone(name);
         return Outcome::Done;
     };
+    if unanswered {
+        // Our last write may be stored though its answer was lost (settled.rs): act on the
+        // object as the API server has it, not on a cache that may predate the write.
+        match unanswered::read_back(ctx, name, &va).await {
+            Ok(ReadBack::Settled) => return Outcome::Done,
+            Ok(ReadBack::Pending(fresh)) => va = fresh,
+            Err(err) => {
+                ctx.settled.mark_unanswered(name);
+                let error = KubeError(err);
+                tracing::warn!(va = name, %error, "cannot read the VolumeAttachment");
+                return Outcome::Retry;
+            }
+        }
+    }
     if ctx.settings.handler == Handler::Trivial {
         return attach::trivial(ctx, &va).await;
     }

@@ -35,17 +35,46 @@
 //! than 3,584 records for some 20 objects in flight; it was the largest grower once the event
 //! correlator's caches were full. A record in place early is harmless: only syncs of the
 //! same name read it, and they wait for this one ([`super::locks::KeyLocks`]).
+//!
+//! A write that fails may be stored all the same: the request left, kube-apiserver committed
+//! it, and the answer was lost to a broken connection (the chaos suite's API server restarts
+//! cut answers that way; the resizer's `api-restart-compacted` row found the same case, see
+//! docs/reliability.md). Its record goes, since nothing says the write happened, but the name
+//! is marked *unanswered* ([`Settled::take_unanswered`]); the next sync of that name reads the
+//! object from the API server, not from a cache that the same broken connection may have left
+//! behind, so it does not publish a volume whose attach is stored, or unpublish one whose
+//! finalizer is already gone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
+
+use csi_common::kube_client::{KubeError, may_have_been_applied};
 
 use crate::cached::VolumeAttachment;
 use crate::decide::VaAction;
 
 /// Per VolumeAttachment name: the uid, the operation done, and the resourceVersions the cache
-/// may still show from before it was done.
+/// may still show from before it was done; and the names whose last write went unanswered.
 #[derive(Debug, Default)]
-pub(crate) struct Settled(Mutex<HashMap<String, Record>>);
+pub(crate) struct Settled(Mutex<Inner>);
+
+#[derive(Debug, Default)]
+struct Inner {
+    records: HashMap<String, Record>,
+    unanswered: HashSet<String>,
+}
+
+/// Whether a failed write may be stored all the same (it left, and its answer was lost).
+pub(crate) trait Unanswered {
+    /// See the trait.
+    fn may_be_stored(&self) -> bool;
+}
+
+impl Unanswered for KubeError {
+    fn may_be_stored(&self) -> bool {
+        may_have_been_applied(&self.0)
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
@@ -81,7 +110,7 @@ impl Settled {
         let Some((name, uid, _)) = key(va) else {
             return;
         };
-        self.lock().insert(
+        self.lock().records.insert(
             name,
             Record {
                 uid,
@@ -92,8 +121,9 @@ impl Settled {
     }
 
     /// Runs `write`, the write that finishes `action` on `va`, with its record already in place
-    /// (see the module docs); the record goes again if the write fails.
-    pub(crate) async fn write<T, E>(
+    /// (see the module docs); the record goes again if the write fails, and the name is marked
+    /// unanswered if the failed write may be stored all the same.
+    pub(crate) async fn write<T, E: Unanswered>(
         &self,
         va: &VolumeAttachment,
         action: VaAction,
@@ -102,31 +132,61 @@ impl Settled {
     ) -> Result<T, E> {
         self.record(va, action, stale_versions);
         let result = write.await;
-        if result.is_err()
+        if let Err(err) = &result
             && let Some(name) = va.metadata.name.as_deref()
         {
-            self.forget(name);
+            let mut inner = self.lock();
+            inner.records.remove(name);
+            if err.may_be_stored() {
+                inner.unanswered.insert(name.to_owned());
+            }
         }
         result
     }
 
-    /// How many records are kept.
+    /// How many records and marks are kept.
     #[cfg(test)]
-    fn len(&self) -> usize {
-        self.lock().len()
+    pub(super) fn len(&self) -> usize {
+        let inner = self.lock();
+        inner.records.len() + inner.unanswered.len()
     }
 
     /// The record of `name`, to be read before the cache (see the module docs).
     pub(crate) fn entry(&self, name: &str) -> Option<Record> {
-        self.lock().get(name).cloned()
+        self.lock().records.get(name).cloned()
     }
 
-    /// The cache caught up (or the object is gone): forget `name`.
+    /// A read-back found the write of `action` stored, its answer lost: the cached version
+    /// `cached`, which asks for `action`, is covered as if the answer had come.
+    pub(crate) fn stored_unseen(&self, cached: &VolumeAttachment, action: VaAction) {
+        let stale = cached.metadata.resource_version.iter().cloned().collect();
+        self.record(cached, action, stale);
+    }
+
+    /// Whether the last write of `name` went unanswered, so the object is to be read from the
+    /// API server; clears the mark (the sync that takes it reads, or marks `name` again).
+    pub(crate) fn take_unanswered(&self, name: &str) -> bool {
+        self.lock().unanswered.remove(name)
+    }
+
+    /// Marks `name` unanswered again (its read-back failed).
+    pub(crate) fn mark_unanswered(&self, name: &str) {
+        self.lock().unanswered.insert(name.to_owned());
+    }
+
+    /// The cache caught up: forget the record of `name`.
     pub(crate) fn forget(&self, name: &str) {
-        self.lock().remove(name);
+        self.lock().records.remove(name);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Record>> {
+    /// The object is gone: forget all about `name`.
+    pub(crate) fn gone(&self, name: &str) {
+        let mut inner = self.lock();
+        inner.records.remove(name);
+        inner.unanswered.remove(name);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -139,6 +199,19 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+
+    /// A failed write: refused by the API server, or stored with its answer lost.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Failure {
+        Refused,
+        Lost,
+    }
+
+    impl Unanswered for Failure {
+        fn may_be_stored(&self) -> bool {
+            *self == Self::Lost
+        }
+    }
 
     /// What a sync decides: the record read first, then the cached `va`.
     fn done(settled: &Settled, va: &VolumeAttachment, action: VaAction) -> bool {
@@ -235,7 +308,7 @@ mod tests {
         let written = settled
             .write(&va("u1", "5"), VaAction::Detach, vec!["5".into()], async {
                 settled.forget("va");
-                Ok::<_, ()>(())
+                Ok::<_, Failure>(())
             })
             .await;
         assert_eq!(written, Ok(()));
@@ -248,18 +321,50 @@ mod tests {
         let failed = settled
             .write(&va("u1", "5"), VaAction::Attach, vec!["5".into()], async {
                 assert!(done(&settled, &va("u1", "5"), VaAction::Attach));
-                Err::<(), _>("409")
+                Err::<(), _>(Failure::Refused)
             })
             .await;
-        assert_eq!(failed, Err("409"));
+        assert_eq!(failed, Err(Failure::Refused));
         assert_eq!(settled.len(), 0);
 
         settled
             .write(&va("u1", "5"), VaAction::Attach, vec!["5".into()], async {
-                Ok::<_, ()>(())
+                Ok::<_, Failure>(())
             })
             .await
             .unwrap();
         assert!(done(&settled, &va("u1", "6"), VaAction::Attach), "kept");
+    }
+
+    #[tokio::test]
+    async fn a_write_whose_answer_was_lost_marks_the_name_until_a_sync_takes_it() {
+        let settled = Settled::default();
+        let lost = settled
+            .write(&va("u1", "5"), VaAction::Attach, vec!["5".into()], async {
+                Err::<(), _>(Failure::Lost)
+            })
+            .await;
+        assert_eq!(lost, Err(Failure::Lost));
+        assert!(settled.entry("va").is_none(), "nothing says it was stored");
+        assert!(settled.take_unanswered("va"));
+        assert!(!settled.take_unanswered("va"), "taken once");
+
+        settled.mark_unanswered("va");
+        settled.forget("va");
+        assert!(
+            settled.take_unanswered("va"),
+            "the cache catching up with something else does not answer the write"
+        );
+        settled.mark_unanswered("va");
+        settled.gone("va");
+        assert_eq!(settled.len(), 0, "the object is gone");
+
+        let refused = settled
+            .write(&va("u1", "5"), VaAction::Detach, vec!["5".into()], async {
+                Err::<(), _>(Failure::Refused)
+            })
+            .await;
+        assert_eq!(refused, Err(Failure::Refused));
+        assert_eq!(settled.len(), 0, "a refused write is known not stored");
     }
 }

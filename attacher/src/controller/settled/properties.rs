@@ -16,13 +16,17 @@
 //! - syncs of one name never overlap ([`super::super::locks::KeyLocks`]), so the informer and
 //!   the other writer are the only things that move while a sync runs.
 //!
-//! The properties: ControllerPublishVolume is never called again once the sidecar has seen
-//! its attached status written (the chaos suite's "0 double publishes after a success"); every
+//! The properties: ControllerPublishVolume is never called again once the API server holds
+//! the attached status, whether or not the answer reached the sidecar (the chaos suite's "0
+//! double publishes after a success", counted from the store the same way); every
 //! run converges to an attached object once the informer has caught up; and no record is left
 //! behind (the leak a heap profile found, module docs of `settled.rs`). The sync reads the
 //! record before the cache, as `sync_attachment` does;
 //! [`the_model_finds_a_sync_that_reads_the_cache_first`] shows the model catching the
-//! opposite order. Two mutations of `settled.rs` were each caught by the property (and
+//! opposite order, and [`the_model_finds_a_sync_that_trusts_the_cache_after_a_lost_answer`] a
+//! sync that does not read the object back after a lost answer (the property, counted only
+//! after the sidecar *saw* its write succeed, missed that case until the resizer's chaos row
+//! found it). Two mutations of `settled.rs` were each caught by the property (and
 //! reverted): the record made after the write's answer (a record left: the leak), and an
 //! attach record covering only the stale versions (a second publish after a success, once
 //! another writer's version reached the cache first).
@@ -32,7 +36,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
-use super::{Record, Settled};
+use super::super::unanswered::settle;
+use super::{Record, Settled, Unanswered};
 use crate::cached::VolumeAttachment;
 use crate::decide::VaAction;
 
@@ -58,11 +63,22 @@ enum Answer {
     Lost,
 }
 
-/// Which the sync reads first.
+impl Unanswered for Answer {
+    fn may_be_stored(&self) -> bool {
+        *self == Self::Lost
+    }
+}
+
+/// The sync as shipped, or with one of two mistakes the model must catch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Order {
+    /// `sync_attachment`: the unanswered mark and the record, then the cache (or, when marked,
+    /// the API server).
     RecordFirst,
+    /// The cache before the record.
     CacheFirst,
+    /// The record first, but the cache even after a write whose answer was lost.
+    NoReadBack,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -79,9 +95,8 @@ struct World {
     /// Index into `versions` of what the cache shows.
     cached: usize,
     publishes: u32,
-    /// The sidecar has seen its status write succeed.
-    confirmed: bool,
-    /// Publishes made after `confirmed`: must stay 0.
+    /// Publishes made while the API server already held the attach (whether or not its answer
+    /// reached the sidecar): must stay 0. The chaos suite counts the same way, from the store.
     publishes_after_success: u32,
 }
 
@@ -95,7 +110,6 @@ impl World {
             }],
             cached: 0,
             publishes: 0,
-            confirmed: false,
             publishes_after_success: 0,
         }
     }
@@ -172,8 +186,9 @@ async fn sync(
         let mut steps = steps.borrow_mut();
         world.borrow_mut().run_others(settled, &mut *steps)
     };
-    let (record, snapshot): (Option<Record>, Version) = match order {
-        Order::RecordFirst => {
+    let unanswered = settled.take_unanswered(NAME) && order != Order::NoReadBack;
+    let (record, mut snapshot): (Option<Record>, Version) = match order {
+        Order::RecordFirst | Order::NoReadBack => {
             let record = settled.entry(NAME);
             next();
             (record, world.borrow().cache())
@@ -184,6 +199,29 @@ async fn sync(
             (settled.entry(NAME), snapshot)
         }
     };
+    if unanswered {
+        // `unanswered::read_back`: a GET (the latest version), whose answer travels back
+        // while the informer may move.
+        let fresh = world.borrow().latest();
+        next();
+        if fresh.attached {
+            let cached = if snapshot.attached {
+                VaAction::UpToDate
+            } else {
+                VaAction::Attach
+            };
+            let now = || {
+                Some(if world.borrow().cache().attached {
+                    VaAction::UpToDate
+                } else {
+                    VaAction::Attach
+                })
+            };
+            settle(settled, &va(snapshot), cached, now);
+            return;
+        }
+        snapshot = fresh;
+    }
     if snapshot.attached {
         // VaAction::UpToDate.
         settled.forget(NAME);
@@ -196,7 +234,7 @@ async fn sync(
     {
         let mut world = world.borrow_mut();
         world.publishes += 1;
-        if world.confirmed {
+        if world.latest().attached {
             world.publishes_after_success += 1;
         }
     }
@@ -222,13 +260,8 @@ async fn sync(
             Answer::Refused | Answer::Lost => Err(answer),
         }
     };
-    if settled
-        .write(&object, VaAction::Attach, stale, write)
-        .await
-        .is_ok()
-    {
-        world.borrow_mut().confirmed = true;
-    }
+    // An error is retried: the next sync step, or the rounds at the end of `run`.
+    let _ = settled.write(&object, VaAction::Attach, stale, write).await;
 }
 
 /// Runs `schedule`, syncs starting whenever the schedule has a sync step and none runs; then
@@ -253,15 +286,16 @@ fn run(schedule: Vec<Step>, order: Order) -> (World, usize) {
             }
         }
         // The schedule is over: no more faults. Each round lets the informer catch up, then
-        // syncs once, as the watch event of the last write would.
+        // syncs once, as the watch event of the last write or the retry of a failed one
+        // would, until the cache shows the object attached.
         for _ in 0..3 {
             while world.borrow().cached + 1 < world.borrow().versions.len() {
                 world.borrow_mut().informer(&settled);
             }
+            sync(&world, &settled, order, &steps).await;
             if world.borrow().cache().attached {
                 break;
             }
-            sync(&world, &settled, order, &steps).await;
         }
     });
     let left = settled.len();
@@ -286,8 +320,8 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// Any interleaving: no publish after a confirmed attach, attached in the end, no record
-    /// left.
+    /// Any interleaving: no publish once the attach is stored, attached in the end, no record
+    /// or mark left.
     #[test]
     fn a_confirmed_attach_is_never_published_again(
         schedule in prop::collection::vec(step(), 0..40)
@@ -298,6 +332,30 @@ proptest! {
         prop_assert!(world.publishes >= 1);
         prop_assert_eq!(left, 0, "records left: {:?}", world);
     }
+}
+
+/// A status write stored with its answer lost, and a retry before the informer shows it (the
+/// watch was cut by the same broken connection): trusting the cache publishes again; the
+/// read-back does not.
+#[test]
+fn the_model_finds_a_sync_that_trusts_the_cache_after_a_lost_answer() {
+    let stored = Step::Sync(Answer::Stored);
+    // Sync 1: starts, reads, its write is stored and the answer lost, the error comes back.
+    // Sync 2 (the retry) starts and reads; no informer step in between.
+    let schedule = vec![
+        stored,
+        stored,
+        Step::Sync(Answer::Lost),
+        stored,
+        stored,
+        stored,
+    ];
+    let (wrong, _) = run(schedule.clone(), Order::NoReadBack);
+    assert_eq!(wrong.publishes_after_success, 1, "{wrong:?}");
+    let (right, left) = run(schedule, Order::RecordFirst);
+    assert_eq!(right.publishes_after_success, 0, "{right:?}");
+    assert_eq!(right.publishes, 1, "{right:?}");
+    assert_eq!(left, 0);
 }
 
 /// The schedule of the CI race in the module docs of `settled.rs`: the sync reads the cache
