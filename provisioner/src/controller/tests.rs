@@ -844,6 +844,36 @@ async fn a_pv_that_cannot_be_saved_is_retried_without_a_second_volume() {
     h.stop().await;
 }
 
+/// kube-apiserver may store the PV and the answer be lost on the way (a broken connection):
+/// the PV waits in `unsavedpvs`, and the next POST's AlreadyExists counts as saved (save.rs);
+/// no second volume, one success Event.
+#[tokio::test]
+async fn a_pv_whose_save_answer_was_lost_is_saved_once_without_a_second_volume() {
+    let h = Harness::start(false).await;
+    h.server
+        .faults()
+        .lose_answers("create", "persistentvolumes", 1);
+    let claim = h.create_claim("data").await;
+    eventually("ProvisioningSucceeded", WAIT, async || {
+        (!h.events("ProvisioningSucceeded").await.is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(
+        h.server.requests().get("create", "persistentvolumes"),
+        2,
+        "the lost POST and the one answered AlreadyExists"
+    );
+    let pv_name = format!("pvc-{}", uid(&claim));
+    assert!(h.volumes().get_opt(&pv_name).await.unwrap().is_some());
+    assert_eq!(
+        h.driver.creates().len(),
+        1,
+        "the volume is not created again"
+    );
+    assert_eq!(h.events("ProvisioningSucceeded").await.len(), 1);
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn a_claim_being_deleted_gets_no_volume() {
     let h = Harness::start(false).await;
