@@ -29,25 +29,10 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
     let Some(cached) = ctx.stores.claim(key) else {
         return Outcome::Done;
     };
-    let mut pvc = ctx.state.claim(key, cached);
-    if ctx.state.take_uncertain(key) {
-        // Our last status write may be stored unseen (module `write`): act on the claim as
-        // the API server has it, not on a cache that may predate the write; the claim read is
-        // kept for later syncs as our write's answer would have been.
-        match ctx.state.read_back(key, read_claim(ctx, &pvc)).await {
-            Ok(Some(fresh)) => pvc = Arc::new(fresh),
-            Ok(None) => return Outcome::Done,
-            Err(err) => {
-                ctx.state.mark_uncertain(key);
-                tracing::warn!(
-                    pvc = key,
-                    error = error_chain(&err),
-                    "cannot read the claim"
-                );
-                return Outcome::Retry;
-            }
-        }
-    }
+    let pvc = match super::write::current_claim(&ctx.client, &ctx.state, key, cached).await {
+        Ok(pvc) => pvc,
+        Err(outcome) => return outcome,
+    };
     let pv = decide::bound_volume(&pvc).and_then(|name| ctx.stores.volume(name));
     if ctx.settings.annotate_fs_resize
         && let Some(pv) = &pv
@@ -402,18 +387,6 @@ pub(super) async fn write_status<D>(
     resource_version_check: bool,
 ) -> Result<PersistentVolumeClaim, Outcome> {
     super::write::claim_status(&ctx.client, &ctx.state, old, new, resource_version_check).await
-}
-
-/// The claim as the API server has it now; `None` once it is gone.
-async fn read_claim<D>(
-    ctx: &Context<D>,
-    pvc: &PersistentVolumeClaim,
-) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-    let namespace = pvc.metadata.namespace.as_deref().unwrap_or_default();
-    let api: kube::Api<PersistentVolumeClaim> =
-        kube::Api::namespaced(ctx.client.clone(), namespace);
-    api.get_opt(pvc.metadata.name.as_deref().unwrap_or_default())
-        .await
 }
 
 async fn patch_volume<D>(

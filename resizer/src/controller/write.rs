@@ -2,10 +2,12 @@
 //! the claim after (remembered in `State` so the next sync does not act on an older cached
 //! copy), and a PV strategic-merge patch. A status write that failed after it left, its answer
 //! lost to a broken connection, may be stored all the same: `State` notes it, and the next
-//! expansion sync reads the claim from the API server before it acts (the chaos suite's
-//! `api-restart-compacted` row saw a claim's finished status stored, its answer cut by the
-//! restart, and the next sync, from a cache the cut watch had not updated, call
-//! ControllerExpandVolume again for a size the claim already recorded).
+//! sync of either controller reads the claim from the API server before it acts
+//! ([`current_claim`]; the chaos suite's `api-restart-compacted` row saw a claim's finished
+//! status stored, its answer cut by the restart, and the next sync, from a cache the cut
+//! watch had not updated, call ControllerExpandVolume again for a size the claim already
+//! recorded). The claim read is kept like a write's answer, so a later sync from the same
+//! stale cache acts on it too.
 
 use std::sync::Arc;
 
@@ -55,6 +57,38 @@ pub(super) async fn claim_status(
             if csi_common::kube_client::may_have_been_applied(&err) {
                 state.mark_uncertain(&format!("{namespace}/{name}"));
             }
+            Err(Outcome::Retry)
+        }
+    }
+}
+
+/// The claim a sync acts on: the newer of `cached` and the copy this process last wrote or
+/// read back; after a status write whose answer was lost, the claim as the API server has it
+/// (read once, then kept). `Err` is the outcome to return: `Done` when the claim is gone,
+/// `Retry` when it cannot be read now (the read is tried again next time).
+pub(super) async fn current_claim(
+    client: &Client,
+    state: &State,
+    key: &str,
+    cached: Arc<PersistentVolumeClaim>,
+) -> Result<Arc<PersistentVolumeClaim>, Outcome> {
+    let pvc = state.claim(key, cached);
+    if !state.take_uncertain(key) {
+        return Ok(pvc);
+    }
+    let namespace = pvc.metadata.namespace.as_deref().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let read = api.get_opt(pvc.metadata.name.as_deref().unwrap_or_default());
+    match state.read_back(key, read).await {
+        Ok(Some(fresh)) => Ok(Arc::new(fresh)),
+        Ok(None) => Err(Outcome::Done),
+        Err(err) => {
+            state.mark_uncertain(key);
+            tracing::warn!(
+                pvc = key,
+                error = error_chain(&err),
+                "cannot read the claim"
+            );
             Err(Outcome::Retry)
         }
     }

@@ -168,10 +168,10 @@ impl ModifyDriver for ScriptedBackend {
 }
 
 struct Harness {
-    _server: ApiServer,
+    server: ApiServer,
     ctx: Context<ScriptedBackend>,
     _events: tokio::sync::mpsc::Receiver<csi_common::events::NewEvent>,
-    _informers: tokio::task::JoinSet<()>,
+    informers: tokio::task::JoinSet<()>,
 }
 
 fn class(name: &str) -> VolumeAttributesClass {
@@ -227,10 +227,10 @@ async fn harness() -> Harness {
         recorder,
     };
     let harness = Harness {
-        _server: server,
+        server,
         ctx,
         _events: events,
-        _informers: informers,
+        informers,
     };
     harness.caught_up().await;
     harness
@@ -452,4 +452,41 @@ async fn an_uncertain_gold_is_finished_before_silver() {
     let (violations, calls) = run(schedule).await;
     assert_eq!(violations, Vec::<String>::new());
     assert_eq!(calls, ["gold", "gold", "silver"]);
+}
+
+/// A status write stored with its answer lost, while the watch is cut (an API server restart
+/// does both; docs/reliability.md, "What the suite found"): the next sync reads the claim back
+/// instead of calling again from the stale cache, and so does a later one.
+#[tokio::test]
+async fn a_finished_modify_whose_answer_was_lost_is_read_back_not_called_again() {
+    let mut h = harness().await;
+    h.set_spec(Some("gold")).await;
+    h.caught_up().await;
+    h.ctx
+        .driver
+        .0
+        .lock()
+        .unwrap()
+        .answers
+        .push_back(Answer::Unavailable { applied: false });
+    assert_eq!(super::sync::sync(&h.ctx, KEY).await, Outcome::Retry);
+    h.caught_up().await;
+    h.informers.abort_all();
+    h.server
+        .faults()
+        .lose_answers("patch", "persistentvolumeclaims/status", 1);
+    // The call succeeds, the PV gets the class, the claim's finished status is stored and
+    // its answer lost.
+    assert_eq!(super::sync::sync(&h.ctx, KEY).await, Outcome::Retry);
+    assert_eq!(decide::current_class(&h.claim().await), "gold");
+    let calls = || h.ctx.driver.0.lock().unwrap().calls.clone();
+    assert_eq!(calls(), ["gold", "gold"]);
+    for sync in ["the retry", "a late watch event's sync"] {
+        assert_eq!(
+            super::sync::sync(&h.ctx, KEY).await,
+            Outcome::Done,
+            "{sync}"
+        );
+        assert_eq!(calls(), ["gold", "gold"], "{sync}: no third call");
+    }
 }

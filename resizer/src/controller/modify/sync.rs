@@ -30,7 +30,10 @@ pub(super) async fn sync<M: ModifyDriver>(ctx: &Context<M>, key: &str) -> Outcom
     let Some(cached) = ctx.stores.claim(key) else {
         return Outcome::Done;
     };
-    let pvc = ctx.state.claim(key, cached);
+    let pvc = match write::current_claim(&ctx.client, &ctx.state, key, cached).await {
+        Ok(pvc) => pvc,
+        Err(outcome) => return outcome,
+    };
     let pv = bound_volume(&pvc).and_then(|name| ctx.stores.volume(name));
     match decide::qualifies(&pvc, pv.as_deref(), &ctx.settings.driver) {
         Ok(()) => {}
