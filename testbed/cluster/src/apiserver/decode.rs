@@ -175,7 +175,8 @@ pub(crate) fn check_fields(
 }
 
 fn typed<T: DeserializeOwned + Serialize>(object: &Value) -> Result<Value, String> {
-    let t: T = serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
+    // Deserialized from the borrowed tree: no copy of the object first.
+    let t = T::deserialize(object).map_err(|e| e.to_string())?;
     serde_json::to_value(&t).map_err(|e| e.to_string())
 }
 

@@ -135,7 +135,7 @@ pub(crate) fn create(
     let mut view = decoded.object;
     apply_namespace(req, &mut view)?;
     let mut inner = shared.store.lock();
-    let (stored, warnings) = create_locked(&mut inner, req, &view, decoded.warnings)?;
+    let (stored, warnings) = create_locked(&mut inner, req, view, decoded.warnings)?;
     drop(inner);
     let view = render::to_view(info, &stored);
     Ok(respond(StatusCode::CREATED, info, req, &view, &warnings))
@@ -145,9 +145,9 @@ pub(crate) fn create(
 fn create_locked(
     inner: &mut Inner,
     req: &ResourceRequest,
-    view: &Value,
+    mut view: Value,
     warnings: Vec<String>,
-) -> Result<(Value, Vec<String>), ApiError> {
+) -> Result<(Arc<Value>, Vec<String>), ApiError> {
     let info = req.info;
     let storage = render::storage_info(info);
     let requested_name = view["metadata"]["name"].as_str().unwrap_or("").to_owned();
@@ -159,7 +159,14 @@ fn create_locked(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let mut candidate = view.clone();
+        // Only a generated name is tried again: the object is copied for the attempts that
+        // may be followed by another, and moved into the last.
+        let retried = requested_name.is_empty() && attempt < GENERATE_NAME_ATTEMPTS;
+        let mut candidate = if retried {
+            view.clone()
+        } else {
+            std::mem::take(&mut view)
+        };
         if requested_name.is_empty() && !generate.is_empty() {
             candidate["metadata"]["name"] = json!(admission::generate_name(&generate));
         }
@@ -194,10 +201,9 @@ fn create_locked(
             return Err(ApiError::already_exists(info, &name));
         }
         if req.query.dry_run() {
-            return Ok((obj, warnings));
+            return Ok((Arc::new(obj), warnings));
         }
-        let stored = inner.insert(storage.bucket, key, obj);
-        return Ok(((*stored).clone(), warnings));
+        return Ok((inner.insert(storage.bucket, key, obj), warnings));
     }
 }
 
@@ -223,7 +229,7 @@ pub(crate) fn update(
     let mut inner = shared.store.lock();
     let Some(old) = inner.get(storage.bucket, &req.key(&name)) else {
         if create_on_update(info) && req.subresource.is_none() {
-            let (stored, warnings) = create_locked(&mut inner, req, &view, decoded.warnings)?;
+            let (stored, warnings) = create_locked(&mut inner, req, view, decoded.warnings)?;
             drop(inner);
             let view = render::to_view(info, &stored);
             return Ok(respond(StatusCode::CREATED, info, req, &view, &warnings));
@@ -272,9 +278,9 @@ fn check_preconditions(
 fn write_update(
     inner: &mut Inner,
     req: &ResourceRequest,
-    old: &Value,
+    old: &Arc<Value>,
     new: Value,
-) -> Result<(Value, StatusCode), ApiError> {
+) -> Result<(Arc<Value>, StatusCode), ApiError> {
     let info = req.info;
     let storage = render::storage_info(info);
     let name = req.name().to_owned();
@@ -302,13 +308,14 @@ fn write_update(
         return Err(invalid(info, &name, &errors));
     }
     let key = req.key(&name);
-    let mut unchanged = new.clone();
+    // `new` at the old resourceVersion.
+    let mut unchanged = new;
     unchanged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
-    if unchanged == *old {
+    if unchanged == **old {
         // Upstream skips the write when nothing changed: same object, same resourceVersion.
-        return Ok((old.clone(), StatusCode::OK));
+        return Ok((Arc::clone(old), StatusCode::OK));
     }
-    let finalizers_gone = new["metadata"]["finalizers"]
+    let finalizers_gone = unchanged["metadata"]["finalizers"]
         .as_array()
         .is_none_or(Vec::is_empty);
     if !old["metadata"]["deletionTimestamp"].is_null() && finalizers_gone {
@@ -319,13 +326,16 @@ fn write_update(
             inner.remove(storage.bucket, key);
             namespaces::finish_if_empty(inner, req.namespace.as_deref());
         }
-        return Ok((unchanged, StatusCode::OK));
+        return Ok((Arc::new(unchanged), StatusCode::OK));
     }
     if req.query.dry_run() {
-        return Ok((unchanged, StatusCode::OK));
+        return Ok((Arc::new(unchanged), StatusCode::OK));
     }
-    let stored = inner.replace(storage.bucket, key, new);
-    Ok(((*stored).clone(), StatusCode::OK))
+    // The store stamps the new resourceVersion.
+    Ok((
+        inner.replace(storage.bucket, key, unchanged),
+        StatusCode::OK,
+    ))
 }
 
 /// PATCH of an object or its `/status`.
@@ -362,7 +372,7 @@ pub(crate) fn patch(
             let mut view = decoded.object;
             view["metadata"]["name"] = json!(name);
             apply_namespace(req, &mut view)?;
-            let (stored, warnings) = create_locked(&mut inner, req, &view, decoded.warnings)?;
+            let (stored, warnings) = create_locked(&mut inner, req, view, decoded.warnings)?;
             drop(inner);
             let view = render::to_view(info, &stored);
             return Ok(respond(StatusCode::CREATED, info, req, &view, &warnings));
