@@ -299,3 +299,34 @@ async fn open_watches_are_counted_per_client_until_the_client_drops_them() {
     assert_eq!(count("kube-controller-manager"), Some(1));
     drop(other);
 }
+
+/// kube-apiserver sends a bookmark on a watch that allows them about once a minute, each at the
+/// latest resourceVersion the watch has passed, whatever events flow in between. The server
+/// keeps one timer per watch and sets it again after each bookmark: a timer that was not set
+/// again would fire at once on every turn (a flood of bookmarks), one made anew per event cost
+/// a timer registration per event and watcher.
+#[tokio::test(start_paused = true)]
+async fn bookmarks_come_once_a_minute_at_the_latest_resource_version_while_events_flow() {
+    let s = fixture_server().await;
+    let rv = s.resource_version();
+    let opened = tokio::time::Instant::now();
+    let mut w = Watch::open(
+        &s,
+        &format!("{PVCS}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds=600"),
+    )
+    .await;
+    for (minute, name) in [(1, "fx-live-1"), (2, "fx-live-2")] {
+        let created = post(&s, PVCS, &pvc(name)).await;
+        assert_eq!(created.status, 201, "{}", created.body);
+        let (kind, seen, written) = w.next_summary().await.unwrap();
+        assert_eq!((kind.as_str(), seen.as_str()), ("ADDED", name));
+        let bookmark = w.next_event().await.unwrap();
+        assert_eq!(bookmark["type"], "BOOKMARK", "{bookmark}");
+        assert_eq!(bookmark["object"]["metadata"]["resourceVersion"], written);
+        assert_eq!(
+            opened.elapsed().as_secs(),
+            60 * minute,
+            "bookmark {minute} a minute after the last"
+        );
+    }
+}
