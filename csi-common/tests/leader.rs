@@ -54,6 +54,8 @@ struct ApiState {
     failing: BTreeSet<String>,
     /// Clients whose requests never get an answer.
     hanging: BTreeSet<String>,
+    /// Per client, how many more Lease writes are carried out with their answers lost.
+    losing: BTreeMap<String, usize>,
 }
 
 /// A minimal Lease API: GET/POST/PUT/DELETE with resourceVersion checks and Status bodies shaped
@@ -154,6 +156,22 @@ impl FakeApi {
         self.lock().hanging.insert(client.to_owned());
     }
 
+    /// The next `count` Lease writes of `client` are stored with their answers lost.
+    fn lose_answers(&self, client: &str, count: usize) {
+        self.lock().losing.insert(client.to_owned(), count);
+    }
+
+    fn take_lost_answer(&self, client: &str) -> bool {
+        let mut state = self.lock();
+        match state.losing.get_mut(client) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The Lease requests (not Events) of one client, in order.
     fn requests_of(&self, client: &str) -> Vec<(Method, u16)> {
         self.lock()
@@ -231,7 +249,8 @@ async fn gate(State(api): State<FakeApi>, request: Request, next: Next) -> Respo
     if hanging {
         std::future::pending::<()>().await;
     }
-    let response = if failing {
+    let lose = method != Method::GET && path.contains("/leases") && api.take_lost_answer(&client);
+    let mut response = if failing {
         status(
             StatusCode::INTERNAL_SERVER_ERROR,
             "InternalError",
@@ -241,6 +260,14 @@ async fn gate(State(api): State<FakeApi>, request: Request, next: Next) -> Respo
     } else {
         next.run(request).await
     };
+    if lose {
+        // Carried out, then the connection breaks while the answer is read: the client gets
+        // an error for a write kube-apiserver committed (as testbed's `Faults::lose_answers`).
+        let cut = futures::stream::once(async {
+            Err::<axum::body::Bytes, _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+        });
+        *response.body_mut() = axum::body::Body::from_stream(cut);
+    }
     api.lock().requests.push(Logged {
         client,
         method,
@@ -1006,4 +1033,37 @@ fn invalid_timings_are_an_error_not_a_panic() {
         let err = LeaderElector::new(api.client("a"), bad).unwrap_err();
         assert!(err.to_string().contains("jitter factor 1.2"), "{err}");
     });
+}
+
+/// A renewal kube-apiserver stored whose answer was lost (the connection broke on the way
+/// back): an optimistic PUT of the record the leader last saw would carry the resourceVersion
+/// from before that renewal and be refused, so after any failed renewal the leader reads the
+/// Lease first, finds itself the holder and renews from there. Leadership is kept; nothing
+/// changed hands.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_stored_with_its_answer_lost_keeps_the_leadership() {
+    let api = FakeApi::default();
+    let mut leader = elector(&api, fast("a")).acquire().await;
+    let transitions = api.spec().lease_transitions;
+    api.clear_requests();
+    api.lose_answers("a", 1);
+    // Bounded: on the paused clock a wait that never ends would spin.
+    tokio::time::timeout(
+        Duration::from_mins(1),
+        until(|| api.requests_of("a").len() >= 3),
+    )
+    .await
+    .expect("three Lease requests within a minute");
+    let requests = api.requests_of("a");
+    assert_eq!(
+        requests[..3],
+        [(Method::PUT, 200), (Method::GET, 200), (Method::PUT, 200)],
+        "the renewal whose answer was lost, then the read and the renewal from what it read"
+    );
+    assert!(
+        futures::FutureExt::now_or_never(leader.lost()).is_none(),
+        "still leading"
+    );
+    assert_eq!(api.spec().holder_identity.as_deref(), Some("a"));
+    assert_eq!(api.spec().lease_transitions, transitions);
 }
