@@ -314,6 +314,66 @@ fn claims_of_pod(pod: Pod) -> Vec<ObjectRef<PersistentVolumeClaim>> {
         .collect()
 }
 
+/// One watch as one of kube-controller-manager's informers runs it: with its own backoff
+/// after errors (client-go's reflector: 800 ms doubling to 30 s with jitter, reset after two
+/// quiet minutes, which kube-runtime's `default_backoff` copies). kube-runtime's `Controller`
+/// instead puts one backoff over all the watches of a controller (its trigger backoff), so
+/// after an API server restart with a compaction each watch's one 410 lengthened a wait that
+/// stalled all of them: the claim watch of the chaos suite's `api-restart-compacted` row
+/// showed deleted claims 107 s late, and the row failed (docs/reliability.md). The
+/// controllers here get [`NoSharedBackoff`].
+fn informer_watch<K>(
+    api: Api<K>,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher(api, watcher::Config::default()).default_backoff()
+}
+
+/// The trigger backoff of the stand-in's controllers: none, since every watch backs off on
+/// its own ([`informer_watch`]).
+struct NoSharedBackoff;
+
+impl Iterator for NoSharedBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+}
+
+impl kube::runtime::utils::Backoff for NoSharedBackoff {
+    fn reset(&mut self) {}
+}
+
+/// The volume controller and its cache: the volume informer, as `Controller::new` builds it,
+/// with `index` fed from its events; claims trigger the volumes they name.
+fn volume_controller(
+    volumes: &Api<PersistentVolume>,
+    claims: &Api<PersistentVolumeClaim>,
+    index: &Arc<VolumesByClaim>,
+) -> (Controller<PersistentVolume>, Store<PersistentVolume>) {
+    let (cached_volumes, volume_writer) = reflector::store();
+    let fed = index.clone();
+    let volume_events = informer_watch(volumes.clone()).inspect(move |event| {
+        if let Ok(event) = event {
+            fed.apply(event);
+        }
+    });
+    let index = index.clone();
+    let controller = Controller::for_stream(
+        reflector::reflector(volume_writer, volume_events).applied_objects(),
+        cached_volumes.clone(),
+    )
+    .watches_stream(
+        informer_watch(claims.clone()).touched_objects(),
+        move |claim: PersistentVolumeClaim| volumes_of_claim(&index, &claim),
+    )
+    .trigger_backoff(NoSharedBackoff);
+    (controller, cached_volumes)
+}
+
 /// Runs the binder and the protection controllers until `shutdown` resolves, then lets
 /// running syncs finish; claim syncs are recorded in `claim_syncs`.
 pub async fn run(
@@ -323,57 +383,49 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let shutdown = shutdown.boxed().shared();
-    let wc = watcher::Config::default;
     let claims: Api<PersistentVolumeClaim> = Api::all(client.clone());
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
 
-    // The volume informer, as `Controller::new` builds it, with the index fed from its events.
     let volumes_by_claim = Arc::new(VolumesByClaim::default());
-    let (cached_volumes, volume_writer) = reflector::store();
-    let index = volumes_by_claim.clone();
-    let volume_events = watcher(volumes.clone(), wc()).inspect(move |event| {
-        if let Ok(event) = event {
-            index.apply(event);
-        }
-    });
-    let index = volumes_by_claim.clone();
-    let volume_controller = Controller::for_stream(
-        reflector::reflector(volume_writer, volume_events).applied_objects(),
-        cached_volumes.clone(),
-    )
-    .watches(claims.clone(), wc(), move |claim: PersistentVolumeClaim| {
-        volumes_of_claim(&index, &claim)
-    })
-    .graceful_shutdown_on(shutdown.clone());
+    let (volume_controller, cached_volumes) =
+        volume_controller(&volumes, &claims, &volumes_by_claim);
+    let volume_controller = volume_controller.graceful_shutdown_on(shutdown.clone());
 
     let (class_store, class_writer) = reflector::store();
-    let claim_controller = Controller::new(claims, wc());
-    let claim_store = claim_controller.store();
+    let (claim_store, claim_writer) = reflector::store();
     let cached_claims = claim_store.clone();
-    let claim_controller = claim_controller
-        .watches(volumes, wc(), |volume: PersistentVolume| {
-            claim_of_volume(&volume)
-        })
-        .watches_stream(
-            // The class informer (upstream's `classLister`) is also the trigger of claim syncs
-            // on class changes: one watch of classes for both.
-            reflector::reflector(
-                class_writer,
-                watcher(Api::<StorageClass>::all(client.clone()), wc()),
-            )
-            .touched_objects(),
-            move |class: StorageClass| {
-                let name = class.name_any();
-                claim_store
-                    .state()
-                    .iter()
-                    .filter(|c| objects::claim_class(c) == name)
-                    .map(|c| ObjectRef::from_obj(&**c))
-                    .collect::<Vec<_>>()
-            },
+    let claim_controller = Controller::for_stream(
+        reflector::reflector(claim_writer, informer_watch(claims)).applied_objects(),
+        claim_store.clone(),
+    )
+    .watches_stream(
+        informer_watch(volumes).touched_objects(),
+        |volume: PersistentVolume| claim_of_volume(&volume),
+    )
+    .watches_stream(
+        // The class informer (upstream's `classLister`) is also the trigger of claim syncs
+        // on class changes: one watch of classes for both.
+        reflector::reflector(
+            class_writer,
+            informer_watch(Api::<StorageClass>::all(client.clone())),
         )
-        .watches(Api::<Pod>::all(client.clone()), wc(), claims_of_pod)
-        .graceful_shutdown_on(shutdown.clone());
+        .touched_objects(),
+        move |class: StorageClass| {
+            let name = class.name_any();
+            claim_store
+                .state()
+                .iter()
+                .filter(|c| objects::claim_class(c) == name)
+                .map(|c| ObjectRef::from_obj(&**c))
+                .collect::<Vec<_>>()
+        },
+    )
+    .watches_stream(
+        informer_watch(Api::<Pod>::all(client.clone())).touched_objects(),
+        claims_of_pod,
+    )
+    .trigger_backoff(NoSharedBackoff)
+    .graceful_shutdown_on(shutdown.clone());
 
     // The writer ends once the controllers and the workers (and with them every recorder
     // clone) are gone. One write at a time, as kube-controller-manager's broadcaster.
