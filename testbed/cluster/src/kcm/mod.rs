@@ -347,7 +347,8 @@ impl kube::runtime::utils::Backoff for NoSharedBackoff {
     fn reset(&mut self) {}
 }
 
-/// The volume controller and its cache: the volume informer, as `Controller::new` builds it,
+/// The volume controller and its cache: the volume informer (a reflector over
+/// [`informer_watch`], where `Controller::new` would use a watch without its own backoff),
 /// with `index` fed from its events; claims trigger the volumes they name.
 fn volume_controller(
     volumes: &Api<PersistentVolume>,
