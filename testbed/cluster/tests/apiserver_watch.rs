@@ -200,6 +200,49 @@ async fn streaming_lists_send_initial_events_then_live_ones() {
     assert_eq!(types, vec!["ADDED", "ADDED", "ADDED"]);
 }
 
+/// The object of a watch event line, as sent.
+fn object_of(frame: &str) -> &str {
+    let start = frame.find(",\"object\":").unwrap() + ",\"object\":".len();
+    &frame[start..frame.len() - 2]
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_started_after_a_write_lists_the_object_with_the_bytes_of_its_event() {
+    // The server encodes a stored object once for every watch that sends it (the write's
+    // watchers and the initial events of later ones): what each gets must be the same bytes
+    // a watch that encodes it afresh would get, in kube-apiserver's field order.
+    let s = fixture_server().await;
+    let mut live = Watch::open(
+        &s,
+        &format!(
+            "{PVCS}?watch=1&resourceVersion={}&timeoutSeconds=30",
+            s.resource_version()
+        ),
+    )
+    .await;
+    patch(
+        &s,
+        &format!("{PVCS}/fx-list-b"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"step":"shared-encoding"}}}"#,
+    )
+    .await;
+    let modified = live.next_frame().await.unwrap();
+    assert!(modified.starts_with("{\"type\":\"MODIFIED\",\"object\":{\"kind\":\"PersistentVolumeClaim\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"fx-list-b\","));
+
+    let query = "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=2";
+    let mut later = Watch::open(&s, &format!("{PVCS}?{query}")).await;
+    let mut listed = None;
+    while let Some(frame) = later.next_frame().await {
+        if frame.contains("\"name\":\"fx-list-b\"") {
+            listed = Some(frame);
+        }
+    }
+    let listed = listed.expect("fx-list-b among the initial events");
+    assert!(listed.starts_with("{\"type\":\"ADDED\","));
+    assert_eq!(object_of(&listed), object_of(&modified));
+}
+
 #[tokio::test(start_paused = true)]
 async fn dropping_watches_ends_every_open_stream_at_once() {
     let s = fixture_server().await;

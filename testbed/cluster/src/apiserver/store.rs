@@ -59,15 +59,28 @@ pub(crate) struct Record {
     pub(crate) object: Arc<Value>,
     /// State before the change (`None` for `Added`).
     pub(crate) prev: Option<Arc<Value>>,
-    /// `object` as JSON in the storage resource's own shape, encoded by the first watcher that
-    /// sends it and reused by every other one (each encoding its own copy made the cost of a
-    /// write grow with the number of watchers).
-    pub(crate) json: OnceLock<Arc<[u8]>>,
+    /// `object` as JSON; for `Added` and `Modified` the same cell as the stored object's.
+    pub(crate) json: Encoded,
+}
+
+/// An object as JSON in the storage resource's own shape, encoded by the first watch that
+/// sends it and reused by every other one: by the watchers of the write's event and by every
+/// watch that starts later and lists the object in its initial events. Each watch encoding its
+/// own copy made a write cost more with every watcher and a sidecar's start cost the server
+/// an encoding of every stored object (kube-apiserver serializes an event's object once for
+/// all its watchers, KEP 1152 "Less object serializations").
+pub(crate) type Encoded = Arc<OnceLock<Arc<[u8]>>>;
+
+/// A stored object and its encoding.
+#[derive(Debug)]
+struct Entry {
+    object: Arc<Value>,
+    json: Encoded,
 }
 
 #[derive(Debug, Default)]
 struct Bucket {
-    objects: BTreeMap<String, Arc<Value>>,
+    objects: BTreeMap<String, Entry>,
     history: VecDeque<Arc<Record>>,
     /// Oldest resourceVersion the history can still serve from (watch from RV >= this).
     compacted: u64,
@@ -183,21 +196,33 @@ impl Inner {
 
     /// One object.
     pub(crate) fn get(&self, bucket: &str, key: &str) -> Option<Arc<Value>> {
-        self.buckets.get(bucket)?.objects.get(key).cloned()
+        Some(self.buckets.get(bucket)?.objects.get(key)?.object.clone())
     }
 
     /// Current objects under `prefix` in key order.
     pub(crate) fn range(&self, bucket: &str, prefix: &str) -> Vec<(String, Arc<Value>)> {
+        self.entries(bucket, prefix)
+            .map(|(k, e)| (k.clone(), e.object.clone()))
+            .collect()
+    }
+
+    /// Current objects under `prefix` in key order, each with its encoding.
+    pub(crate) fn range_encoded(&self, bucket: &str, prefix: &str) -> Vec<(Arc<Value>, Encoded)> {
+        self.entries(bucket, prefix)
+            .map(|(_, e)| (e.object.clone(), e.json.clone()))
+            .collect()
+    }
+
+    fn entries<'a>(
+        &'a self,
+        bucket: &str,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a String, &'a Entry)> + 'a {
         self.buckets
             .get(bucket)
-            .map(|b| {
-                b.objects
-                    .range(prefix.to_owned()..)
-                    .take_while(|(k, _)| k.starts_with(prefix))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
+            .into_iter()
+            .flat_map(move |b| b.objects.range(prefix.to_owned()..))
+            .take_while(move |(k, _)| k.starts_with(prefix))
     }
 
     /// Objects under `prefix` as they were at resourceVersion `at`.
@@ -218,7 +243,7 @@ impl Inner {
             .objects
             .range(prefix.to_owned()..)
             .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, e)| (k.clone(), e.object.clone()))
             .collect();
         for record in b.history.iter().rev().take_while(|r| r.rv > at) {
             if !record.key.starts_with(prefix) {
@@ -310,12 +335,17 @@ impl Inner {
         let rv = self.rv;
         let limit = self.history_limit;
         let bucket = self.buckets.entry(bucket_name).or_default();
-        let prev = bucket.objects.get(&key).cloned();
+        let prev = bucket.objects.get(&key).map(|e| e.object.clone());
+        let json = Encoded::default();
         let stored = if let Some(mut obj) = object {
             set_resource_version(&mut obj, rv);
-            let obj = Arc::new(obj);
-            bucket.objects.insert(key.clone(), obj.clone());
-            obj
+            let object = Arc::new(obj);
+            let entry = Entry {
+                object: object.clone(),
+                json: json.clone(),
+            };
+            bucket.objects.insert(key.clone(), entry);
+            object
         } else {
             bucket.objects.remove(&key);
             let mut last = prev.as_deref().cloned().unwrap_or(Value::Null);
@@ -329,7 +359,7 @@ impl Inner {
             event,
             object: stored.clone(),
             prev,
-            json: OnceLock::new(),
+            json,
         });
         bucket.history.push_back(record.clone());
         while bucket.history.len() > limit {
@@ -370,6 +400,34 @@ mod tests {
         assert_eq!(gone["metadata"]["resourceVersion"], "3");
         assert_eq!(gone["v"], 2);
         assert!(inner.get("x", "/a").is_none());
+    }
+
+    #[test]
+    fn a_stored_object_shares_its_encoding_with_the_event_that_wrote_it() {
+        // A watch starting later lists the object with the bytes its event's watchers got.
+        let store = Store::new(10);
+        let mut inner = store.lock();
+        let mut live = inner.subscribe();
+        inner.insert("x", key(None, "a"), obj("a", 1));
+        inner.insert("x", key(None, "b"), obj("b", 1));
+        let added = live.try_recv().unwrap();
+        let listed = inner.range_encoded("x", "/");
+        assert_eq!(listed.len(), 2);
+        assert!(Arc::ptr_eq(&added.json, &listed[0].1));
+        assert!(Arc::ptr_eq(&added.object, &listed[0].0));
+
+        // A new state gets a new encoding; a deletion's last state (a new resourceVersion)
+        // is encoded on its own.
+        inner.replace("x", key(None, "a"), obj("a", 2));
+        let _ = live.try_recv().unwrap();
+        let modified = live.try_recv().unwrap();
+        let listed = inner.range_encoded("x", "/");
+        assert!(!Arc::ptr_eq(&added.json, &listed[0].1));
+        assert!(Arc::ptr_eq(&modified.json, &listed[0].1));
+        inner.remove("x", key(None, "a"));
+        let deleted = live.try_recv().unwrap();
+        assert!(!Arc::ptr_eq(&modified.json, &deleted.json));
+        assert_eq!(inner.range_encoded("x", "/").len(), 1);
     }
 
     #[test]

@@ -34,7 +34,7 @@ use super::requests;
 use super::resources::{ResourceInfo, View};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
-use super::store::{self, EventType, Record};
+use super::store::{self, Encoded, EventType, Record};
 use super::validation::FieldError;
 
 /// Default watch length when the client sends no `timeoutSeconds` (upstream picks 30-60 min).
@@ -63,21 +63,19 @@ impl Filter {
         line(event, &object)
     }
 
-    /// The event line of a live record: its object encoded once for all watchers that want
-    /// the stored resource's own representation (the events.k8s.io view and metadata-only
+    /// The event line of a stored object (a live record's or an initial event's): encoded once
+    /// for all watchers that want the stored resource's own representation (the events.k8s.io view and metadata-only
     /// watches encode their own). The first watcher's resource info orders the keys for all:
     /// the one bucket served at two versions with that view (CSIStorageCapacity v1 and
     /// v1beta1) has the same key order in both.
-    fn record_line(&self, event: &str, record: &Record) -> Bytes {
+    fn shared_line(&self, event: &str, object: &Value, json: &Encoded) -> Bytes {
         let shared =
             self.info.view == View::Native && matches!(self.format, Format::Object | Format::Table);
         if !shared {
-            return self.event_line(event, &record.object);
+            return self.event_line(event, object);
         }
-        let object = record
-            .json
-            .get_or_init(|| encode::object_bytes(self.info, &record.object).into());
-        line(event, object)
+        let bytes = json.get_or_init(|| encode::object_bytes(self.info, object).into());
+        line(event, bytes)
     }
 
     /// What a live record means for this watcher (label changes turn MODIFIED into ADDED or
@@ -96,7 +94,7 @@ impl Filter {
             }
             _ => return None,
         };
-        Some(self.record_line(event.as_str(), record))
+        Some(self.shared_line(event.as_str(), &record.object, &record.json))
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
@@ -180,51 +178,36 @@ pub(crate) fn watch(shared: &Arc<Shared>, req: &ResourceRequest) -> Result<Respo
         format: req.format,
     };
 
-    let mut initial: Vec<Bytes> = Vec::new();
-    let mut ended = false;
-    let (live, start_rv) = {
+    // Under the lock only the snapshot is taken (objects are immutable `Arc`s); the lines are
+    // encoded by the watch's task as it sends them, so a start with thousands of objects
+    // neither holds the store nor waits for all of them before the first is sent.
+    let (start, live, start_rv) = {
         let inner = shared.store.lock();
         let live = inner.subscribe();
         let current = inner.rv();
         let snapshot = send_initial == Some(true) || matches!(rv, ReadRv::Latest | ReadRv::Any);
-        let start_rv = if snapshot {
-            for (_, obj) in inner.range(filter.bucket, &filter.prefix) {
-                if filter.matches(&obj) {
-                    initial.push(filter.event_line("ADDED", &obj));
-                }
-            }
-            if allow_bookmarks {
-                initial.push(filter.bookmark(current, true));
-            }
-            current
+        let (start, start_rv) = if snapshot {
+            let start = Start::Snapshot {
+                objects: inner.range_encoded(filter.bucket, &filter.prefix),
+                end: allow_bookmarks.then_some(current),
+            };
+            (start, current)
         } else if let ReadRv::At(n) = rv {
             match inner.history_after(filter.bucket, n) {
-                Ok(records) => {
-                    for record in records {
-                        if let Some(line) = filter.translate(&record) {
-                            initial.push(line);
-                        }
-                    }
-                    current.max(n)
-                }
-                Err(e) => {
-                    initial.push(error_line(&too_old(n, e.oldest)));
-                    ended = true;
-                    current
-                }
+                Ok(records) => (Start::History(records), current.max(n)),
+                Err(e) => (Start::Expired(too_old(n, e.oldest)), current),
             }
         } else {
-            current
+            (Start::History(Vec::new()), current)
         };
-        (live, start_rv)
+        (start, live, start_rv)
     };
-
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let epoch = shared.store.epoch();
     // A restart sets `down` before it drops the watches: a watch whose request passed the
     // in-process client's check before that, but that subscribes only after the drop, would
     // miss the drop and stay open through the restart; it ends here instead.
-    let ended = ended || shared.down.load(Ordering::SeqCst);
+    let down = shared.down.load(Ordering::SeqCst);
     let interval = shared.config.bookmark_interval;
     let agent = req
         .headers
@@ -234,12 +217,10 @@ pub(crate) fn watch(shared: &Arc<Shared>, req: &ResourceRequest) -> Result<Respo
     tokio::spawn(async move {
         // Counted until the stream ends: its deadline, a dropped watch, or the client gone.
         let _open = open;
-        for line in initial {
-            if tx.send(Ok(line)).await.is_err() {
-                return;
-            }
-        }
-        if !ended {
+        let Some(()) = send_start(&tx, &filter, start).await else {
+            return;
+        };
+        if !down {
             stream_live(
                 tx,
                 live,
@@ -265,6 +246,54 @@ pub(crate) fn watch(shared: &Arc<Shared>, req: &ResourceRequest) -> Result<Respo
         HeaderValue::from_static("no-cache, private"),
     );
     Ok(response)
+}
+
+/// What a watch sends before its live events.
+enum Start {
+    /// The objects as ADDED events, then (with bookmarks) the initial-events-end bookmark at
+    /// the snapshot's resourceVersion.
+    Snapshot {
+        objects: Vec<(Arc<Value>, Encoded)>,
+        end: Option<u64>,
+    },
+    /// The history after the requested resourceVersion.
+    History(Vec<Arc<Record>>),
+    /// The requested resourceVersion is compacted: one ERROR event, and the watch ends.
+    Expired(ApiError),
+}
+
+/// Send `start`; `None` when the client is gone or the watch ends with it.
+async fn send_start(
+    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+    filter: &Filter,
+    start: Start,
+) -> Option<()> {
+    match start {
+        Start::Snapshot { objects, end } => {
+            for (object, json) in objects {
+                if filter.matches(&object) {
+                    let line = filter.shared_line("ADDED", &object, &json);
+                    tx.send(Ok(line)).await.ok()?;
+                }
+            }
+            if let Some(rv) = end {
+                tx.send(Ok(filter.bookmark(rv, true))).await.ok()?;
+            }
+        }
+        Start::History(records) => {
+            for record in records {
+                if let Some(line) = filter.translate(&record) {
+                    tx.send(Ok(line)).await.ok()?;
+                }
+            }
+        }
+        Start::Expired(err) => {
+            // The client may be gone already; the watch ends either way.
+            let _ = tx.send(Ok(error_line(&err))).await;
+            return None;
+        }
+    }
+    Some(())
 }
 
 /// A watch being served, counted in [`super::RequestCounts::open_watches`] until dropped.
