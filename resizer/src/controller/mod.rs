@@ -301,6 +301,9 @@ pub(crate) async fn run<D: ExpandDriver>(
     });
     let _ = stores.claims.wait_until_ready().await;
     let _ = stores.volumes.wait_until_ready().await;
+    // The moment the resizer is ready to work, in the words csi-provisioner uses (the benches
+    // and operators time a start by it).
+    tracing::info!("caches synced, starting controllers");
     handlers.connect(Routing {
         queue: Arc::clone(&queue),
         state,
