@@ -1,5 +1,6 @@
 //! The bench at a tiny N, as a smoke test: each controller sidecar's run completes with exit
-//! code 0 and its report counts the API writes one operation costs. Speed and memory are the
+//! code 0 and its report counts the API writes one operation costs and the requests of a
+//! start. Speed and memory are the
 //! command's, in docs/bench.md; nothing here reads a time or a size.
 
 #![allow(
@@ -79,6 +80,18 @@ async fn the_attacher_bench_runs_and_writes_each_status_once() {
         row.starts_with("| patch | volumeattachments/status | 5 | 1.00 |"),
         "{row}"
     );
+    // The second start, with the five cached pairs stored, got to ready (its log line) with
+    // one streaming watch per informer and no write.
+    let row = per_operation(&report, "start", "watch", "volumeattachments");
+    assert!(
+        row.starts_with("| watch | volumeattachments | 1 | 1.00 |"),
+        "{row}"
+    );
+    assert!(
+        report
+            .contains("| fresh start with 5 PVs and VAs stored: start to caches synced (ready) | "),
+        "{report}"
+    );
 }
 
 #[tokio::test]
@@ -87,6 +100,11 @@ async fn the_resizer_bench_runs_and_writes_each_pv_size_once() {
     let row = per_operation(&report, "expansion", "patch", "persistentvolumes");
     assert!(
         row.starts_with("| patch | persistentvolumes | 5 | 1.00 |"),
+        "{row}"
+    );
+    let row = per_operation(&report, "start", "watch", "persistentvolumeclaims");
+    assert!(
+        row.starts_with("| watch | persistentvolumeclaims | 1 | 1.00 |"),
         "{row}"
     );
 }

@@ -20,6 +20,7 @@ mod queue;
 mod requests;
 mod resizer;
 mod setup;
+mod startup;
 mod stats;
 mod watch;
 

@@ -33,29 +33,13 @@ use tokio::time::Instant;
 use crate::procfs::{cpu_time, load_average, rss_kib};
 use crate::requests::{self, Counts};
 use crate::setup::{self, Cluster};
+use crate::startup::{self, StartUp};
 use crate::stats::{kib, latencies, ms, percentile, preamble, result};
-use crate::{Args, calls, preload, queue, watch};
+use crate::{Args, calls, preload, watch};
 
 const NAMESPACE: &str = "bench";
 const STORAGE_CLASS: &str = "bench-immediate";
 const PROVISIONER: &str = "csi-provisioner";
-
-/// The log line csi-provisioner writes when its informers have synced (upstream's
-/// "Started provisioner controller"): the moment it is ready to work.
-const SYNCED_LINE: &str = "caches synced, starting controllers";
-
-/// How long the start-up took, from spawning the process.
-#[derive(Debug, Default)]
-pub(crate) struct StartUp {
-    /// Until `--http-endpoint` accepted a connection (the driver was probed and named).
-    http: Option<Duration>,
-    /// Until the log said the caches synced.
-    synced: Option<Duration>,
-    /// Until every stored claim and PV went through its work queue (only with `--cached`).
-    drained: Option<Duration>,
-    /// The provisioner's API requests from spawning to `drained` (or `synced`).
-    requests: Option<Counts>,
-}
 
 /// What one run measured.
 #[derive(Debug, Default)]
@@ -122,7 +106,13 @@ impl Report {
         );
         let _ = writeln!(s, "| measurement | value |");
         let _ = writeln!(s, "|---|---|");
-        render_startup(&mut s, &m.startup);
+        startup::rows(
+            &mut |name, value| {
+                let _ = writeln!(s, "| {name} | {value} |");
+            },
+            "",
+            &m.startup,
+        );
         let _ = writeln!(
             s,
             "| RSS at idle after start-up | {} |",
@@ -214,35 +204,14 @@ impl Report {
                 &UPSTREAM_DELETE,
             ));
         }
-        if let Some(counts) = &m.startup.requests {
+        if m.startup.requests.is_some() {
             let _ = writeln!(
                 s,
                 "\nAPI requests of csi-provisioner during the start-up:\n"
             );
-            s.push_str(&requests::table(counts, 1, "per start", &UPSTREAM_START));
+            s.push_str(&startup::requests_table(&m.startup, &UPSTREAM_START));
         }
     }
-}
-
-/// The start-up rows of the report.
-fn render_startup(s: &mut String, up: &StartUp) {
-    use std::fmt::Write as _;
-    let na = || "n/a".to_owned();
-    let _ = writeln!(
-        s,
-        "| start to diagnostics served | {} |",
-        up.http.map_or_else(na, ms)
-    );
-    let _ = writeln!(
-        s,
-        "| start to caches synced (ready) | {} |",
-        up.synced.map_or_else(na, ms)
-    );
-    let _ = writeln!(
-        s,
-        "| start to every stored object through its queue | {} |",
-        up.drained.map_or_else(na, ms)
-    );
 }
 
 async fn create_fixtures(client: &Client, driver: &str) -> anyhow::Result<()> {
@@ -526,31 +495,6 @@ const UPSTREAM_START: [requests::Expected; 6] = [
     ("watch", "volumeattachments", 1),
 ];
 
-/// Waits for the start-up milestones after the diagnostics endpoint answered.
-async fn start_up(
-    server: &ApiServer,
-    provisioner: &mut ChildProcess,
-    http: std::net::SocketAddr,
-    (spawned, before): (Instant, &Counts),
-    cached: usize,
-    timeout: Duration,
-    up: &mut StartUp,
-) -> anyhow::Result<()> {
-    provisioner
-        .wait_logged(SYNCED_LINE, timeout)
-        .await
-        .context("the caches did not sync")?;
-    up.synced = Some(spawned.elapsed());
-    if cached > 0 {
-        queue::wait_drained(http, "volumes", 0.0, cached, timeout).await?;
-        queue::wait_drained(http, "claims", 0.0, cached, timeout).await?;
-        up.drained = Some(spawned.elapsed());
-    }
-    let after = server.requests().snapshot_of(PROVISIONER);
-    up.requests = Some(requests::sent_by_others(before, &after, &Counts::new()));
-    Ok(())
-}
-
 pub(crate) async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<Report> {
     let bin_dir = setup::bin_dir(args.bin_dir.as_deref())?;
     let binary = testbed_sandbox::sidecars::locate(&bin_dir, PROVISIONER)
@@ -581,12 +525,13 @@ pub(crate) async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<Report
         Ok(()) => {
             measured.startup.http = Some(spawned.elapsed());
             let timeout = Duration::from_secs(args.timeout_secs);
-            if let Err(e) = start_up(
+            let queues = [("volumes", args.cached), ("claims", args.cached)];
+            if let Err(e) = startup::milestones(
                 &cluster.server,
                 &mut provisioner,
-                http,
+                (PROVISIONER, http),
                 (spawned, &requests_before),
-                args.cached,
+                &queues,
                 timeout,
                 &mut measured.startup,
             )

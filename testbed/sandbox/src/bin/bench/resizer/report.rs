@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::cache::CacheLoad;
 use crate::requests::{self, Expected};
+use crate::startup::{self, StartUp};
 use crate::stats::{Phase, kib, latency_summary, ms, ms_per, or_na, preamble, result};
 
 /// What upstream external-resizer v2.0 sent for one expansion of a csi-driver-host-path volume,
@@ -18,6 +19,15 @@ pub(crate) const UPSTREAM_PER_EXPANSION: [Expected; 3] = [
     ("patch", "persistentvolumes", 1),
 ];
 
+/// What upstream external-resizer v2.0 sent to start (the same capture, 15:35:03): one
+/// streaming-list watch per informer, pods included (ours watches pods only in a namespace
+/// where a claim waits for them, docs/compatibility.md).
+pub(crate) const UPSTREAM_START: [Expected; 3] = [
+    ("watch", "persistentvolumeclaims", 1),
+    ("watch", "pods", 1),
+    ("watch", "persistentvolumes", 1),
+];
+
 /// What one run measured.
 #[derive(Debug, Default)]
 pub(crate) struct Measured {
@@ -29,6 +39,8 @@ pub(crate) struct Measured {
     pub(crate) rss_expanded_kib: Option<u64>,
     pub(crate) load_before: Option<String>,
     pub(crate) load_after: Option<String>,
+    /// A second csi-resizer started with the cached objects stored.
+    pub(crate) fresh_start: StartUp,
     pub(crate) failures: Vec<String>,
 }
 
@@ -140,6 +152,20 @@ impl Report {
             or_na(m.expand.cpu.map(|c| ms(c.bench))),
         );
         row("RSS after the burst", or_na(m.rss_expanded_kib.map(kib)));
+        let stored = format!(
+            "{} claims and PVs and {} pods stored",
+            self.cached + self.expansions,
+            self.pods
+        );
+        startup::rows(
+            &mut row,
+            &format!("fresh start with {stored}: "),
+            &m.fresh_start,
+        );
+        row(
+            &format!("RSS of a fresh start with {stored}"),
+            startup::rss(&m.fresh_start),
+        );
         row(
             "load average 1/5/15 min before / after the burst",
             format!(
@@ -179,6 +205,13 @@ impl Report {
             )),
             None => s.push_str("n/a\n"),
         }
+        let _ = writeln!(
+            s,
+            "\n### A fresh start ({} claims and PVs, {} pods stored)\n",
+            self.cached + self.expansions,
+            self.pods
+        );
+        s.push_str(&startup::requests_table(&m.fresh_start, &UPSTREAM_START));
         s
     }
 }
