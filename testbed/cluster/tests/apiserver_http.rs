@@ -1300,3 +1300,49 @@ async fn writes_record_managed_fields_by_user_agent_and_answers_carry_them() {
         .clone();
     assert_eq!(item["metadata"]["managedFields"], json!(entries));
 }
+
+/// Objects stored for a bench must be as heavy as kube-apiserver's: with managedFields on, a
+/// stored object without entries gets the one a single client's create records; one that
+/// brings its own (the provisioner bench's, shaped like the fixtures') keeps them.
+#[tokio::test]
+async fn stored_objects_get_managed_fields_unless_they_bring_their_own() {
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    use testbed_cluster::apiserver::PUT_MANAGER;
+
+    let volume = |name: &str, entries: serde_json::Value| -> PersistentVolume {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "managedFields": entries},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "csi": {"driver": "d", "volumeHandle": name}},
+            "status": {"phase": "Available"},
+        }))
+        .unwrap()
+    };
+    let own = json!([{"manager": "csi-provisioner", "operation": "Update", "apiVersion": "v1",
+        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:csi": {}}}}]);
+    for managed_fields in [true, false] {
+        let s = ApiServer::with_config(testbed_cluster::apiserver::Config {
+            managed_fields,
+            ..testbed_cluster::apiserver::Config::default()
+        });
+        s.put_object(&volume("bare", json!(null))).unwrap();
+        s.put_object(&volume("own", own.clone())).unwrap();
+        let bare = get(&s, "/api/v1/persistentvolumes/bare").await.json();
+        let entries = &bare["metadata"]["managedFields"];
+        if managed_fields {
+            assert_eq!(entries[0]["manager"], PUT_MANAGER, "{bare}");
+            assert_eq!(
+                entries[0]["fieldsV1"]["f:spec"]["f:csi"]["f:volumeHandle"],
+                json!({})
+            );
+            assert_eq!(entries[0]["fieldsV1"]["f:status"]["f:phase"], json!({}));
+        } else {
+            assert!(entries.is_null(), "{bare}");
+        }
+        let kept = get(&s, "/api/v1/persistentvolumes/own").await.json();
+        assert_eq!(
+            kept["metadata"]["managedFields"][0]["manager"],
+            "csi-provisioner"
+        );
+    }
+}

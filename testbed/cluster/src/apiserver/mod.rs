@@ -55,6 +55,9 @@ pub use kubeconfig::Listening;
 pub use requests::{Permission, RequestCounts};
 pub use status::ApiError;
 
+/// The field manager of the managedFields entry [`ApiServer::put_object`] records.
+pub const PUT_MANAGER: &str = "testbed";
+
 /// Tunables of an [`ApiServer`].
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -308,7 +311,10 @@ impl ApiServer {
 
     /// Store an object as is, bypassing admission and validation (test setup, e.g. a PVC
     /// already Bound): creates or replaces it, keeping uid and creationTimestamp of an existing
-    /// object and filling them for a new one. Watchers see ADDED or MODIFIED.
+    /// object and filling them for a new one. Watchers see ADDED or MODIFIED. With
+    /// [`Config::managed_fields`], an object that carries no managedFields gets the one entry
+    /// a single client's create would record (manager [`PUT_MANAGER`]), so that objects
+    /// stored for a bench are as heavy as the ones a sidecar reads from kube-apiserver.
     pub fn put_object<K>(&self, object: &K) -> Result<K, StoreError>
     where
         K: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned,
@@ -370,6 +376,14 @@ impl ApiServer {
             }
         }
         admission::normalize(storage, &mut value);
+        if self.shared.config.managed_fields && value["metadata"]["managedFields"].is_null() {
+            let writer = managed::Writer {
+                manager: PUT_MANAGER,
+                operation: "Update",
+                subresource: None,
+            };
+            managed::record(None, &mut value, &writer, &admission::now());
+        }
         let stored = if existing.is_some() {
             inner.replace(storage.bucket, key, value)
         } else {
