@@ -283,3 +283,12 @@ async fn an_infeasible_claim_from_before_a_restart_is_tried_once_at_once_then_wa
     ));
     assert_eq!(h.ctx.driver.requested.lock().unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn the_resync_queues_every_cached_claim_by_its_key_without_rebuilding_it() {
+    // The keys come from the compact cache; they must be the ones the event handlers queue.
+    let h = harness(vec![]).await;
+    let rebuilt: Vec<String> = h.ctx.stores.all_claims().map(|pvc| key(&pvc)).collect();
+    assert_eq!(rebuilt, vec![KEY.to_owned()]);
+    assert_eq!(h.ctx.stores.claim_keys(), rebuilt);
+}

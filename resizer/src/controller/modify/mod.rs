@@ -201,9 +201,8 @@ pub(crate) async fn run<M: ModifyDriver>(
     // when the previous process stopped.
     let uncertain: HashSet<String> = stores
         .all_claims()
-        .iter()
-        .filter(|pvc| decide::uncertain_at_start(pvc))
-        .map(key)
+        .filter(decide::uncertain_at_start)
+        .map(|pvc| key(&pvc))
         .collect();
     let state = Arc::new(State::new(settings.retry_max));
     let uncertain = Arc::new(Mutex::new(uncertain));
