@@ -372,12 +372,17 @@ pub(crate) async fn run<D: AttachDriver>(
         recorder,
         settings,
     });
-    let _ = stores.attachments.wait_until_ready().await;
-    let _ = stores.volumes.wait_until_ready().await;
-    let _ = stores.csi_nodes.wait_until_ready().await;
+    let attachments = stores.attachments.wait_until_ready().await;
+    let volumes = stores.volumes.wait_until_ready().await;
+    let csi_nodes = stores.csi_nodes.wait_until_ready().await;
     // The moment the attacher is ready to work, in the words csi-provisioner uses (the benches
-    // and operators time a start by it).
-    tracing::info!("caches synced, starting controllers");
+    // and operators time a start by it); an informer gone before it synced (shutting down)
+    // is no such moment.
+    if attachments.is_ok() && volumes.is_ok() && csi_nodes.is_ok() {
+        tracing::info!("caches synced, starting controllers");
+    } else {
+        tracing::warn!("an informer stopped before its cache synced");
+    }
     handlers.connect(Routing {
         driver: context.settings.driver.clone(),
         finalizer,

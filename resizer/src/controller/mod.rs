@@ -107,7 +107,7 @@ impl Stores {
             .iter()
             .map(|pvc| {
                 let (namespace, name) = pvc.key();
-                format!("{}/{name}", namespace.unwrap_or_default())
+                queue_key(namespace, name)
             })
             .collect()
     }
@@ -125,7 +125,12 @@ impl Stores {
 
 /// `namespace/name`, the queue key (client-go `MetaNamespaceKeyFunc`).
 fn key(pvc: &PersistentVolumeClaim) -> String {
-    format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any())
+    queue_key(pvc.namespace().as_deref(), &pvc.name_any())
+}
+
+/// `namespace/name`, the work queue's key of a claim.
+fn queue_key(namespace: Option<&str>, name: &str) -> String {
+    format!("{}/{name}", namespace.unwrap_or_default())
 }
 
 /// Starts the informers; the caches fill in the returned tasks.
@@ -309,11 +314,16 @@ pub(crate) async fn run<D: ExpandDriver>(
         pods: pods.clone(),
         settings,
     });
-    let _ = stores.claims.wait_until_ready().await;
-    let _ = stores.volumes.wait_until_ready().await;
+    let claims = stores.claims.wait_until_ready().await;
+    let volumes = stores.volumes.wait_until_ready().await;
     // The moment the resizer is ready to work, in the words csi-provisioner uses (the benches
-    // and operators time a start by it).
-    tracing::info!("caches synced, starting controllers");
+    // and operators time a start by it); an informer gone before it synced (shutting down)
+    // is no such moment.
+    if claims.is_ok() && volumes.is_ok() {
+        tracing::info!("caches synced, starting controllers");
+    } else {
+        tracing::warn!("an informer stopped before its cache synced");
+    }
     handlers.connect(Routing {
         queue: Arc::clone(&queue),
         state,

@@ -1345,4 +1345,40 @@ async fn stored_objects_get_managed_fields_unless_they_bring_their_own() {
             "csi-provisioner"
         );
     }
+
+    // A replaced object keeps the entries of its earlier writers, as after an update.
+    let s = ApiServer::with_config(testbed_cluster::apiserver::Config {
+        managed_fields: true,
+        ..testbed_cluster::apiserver::Config::default()
+    });
+    let body = serde_json::to_string(&volume("posted", json!(null))).unwrap();
+    let created = send_with(
+        &s,
+        "POST",
+        "/api/v1/persistentvolumes",
+        &[
+            ("content-type", Some("application/json")),
+            ("user-agent", Some("kubectl/v1.36.2 (linux/amd64)")),
+        ],
+        &body,
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let mut changed = volume("posted", json!(null));
+    changed.metadata.labels = Some([("app".to_owned(), "bench".to_owned())].into());
+    s.put_object(&changed).unwrap();
+    let read = get(&s, "/api/v1/persistentvolumes/posted").await.json();
+    let entries = read["metadata"]["managedFields"].as_array().unwrap();
+    let managers: Vec<_> = entries.iter().map(|e| e["manager"].as_str()).collect();
+    assert_eq!(managers, [Some("kubectl"), Some(PUT_MANAGER)], "{read}");
+    // Its own entry names what the put changed (the labels; also the status, which a create
+    // does not store), not every field as for a new object.
+    assert_eq!(
+        entries[1]["fieldsV1"]["f:metadata"],
+        json!({"f:labels": {".": {}, "f:app": {}}})
+    );
+    assert!(
+        entries[1]["fieldsV1"]["f:spec"].get("f:csi").is_none(),
+        "{read}"
+    );
 }

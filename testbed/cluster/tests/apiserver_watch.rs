@@ -230,10 +230,14 @@ async fn a_watch_started_after_a_write_lists_the_object_with_the_bytes_of_its_ev
     let modified = live.next_frame().await.unwrap();
     assert!(modified.starts_with("{\"type\":\"MODIFIED\",\"object\":{\"kind\":\"PersistentVolumeClaim\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"fx-list-b\","));
 
-    let query = "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=2";
+    let query = "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=30";
     let mut later = Watch::open(&s, &format!("{PVCS}?{query}")).await;
     let mut listed = None;
+    // Up to the initial-events-end bookmark.
     while let Some(frame) = later.next_frame().await {
+        if frame.starts_with("{\"type\":\"BOOKMARK\"") {
+            break;
+        }
         if frame.contains("\"name\":\"fx-list-b\"") {
             listed = Some(frame);
         }

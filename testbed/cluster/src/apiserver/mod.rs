@@ -312,9 +312,10 @@ impl ApiServer {
     /// Store an object as is, bypassing admission and validation (test setup, e.g. a PVC
     /// already Bound): creates or replaces it, keeping uid and creationTimestamp of an existing
     /// object and filling them for a new one. Watchers see ADDED or MODIFIED. With
-    /// [`Config::managed_fields`], an object that carries no managedFields gets the one entry
-    /// a single client's create would record (manager [`PUT_MANAGER`]), so that objects
-    /// stored for a bench are as heavy as the ones a sidecar reads from kube-apiserver.
+    /// [`Config::managed_fields`], an object that carries no managedFields gets the entry a
+    /// client's write would record (manager [`PUT_MANAGER`]: every field of a new object, the
+    /// changed ones added to a replaced object's entries), so that objects stored for a bench
+    /// are as heavy as the ones a sidecar reads from kube-apiserver.
     pub fn put_object<K>(&self, object: &K) -> Result<K, StoreError>
     where
         K: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned,
@@ -382,7 +383,8 @@ impl ApiServer {
                 operation: "Update",
                 subresource: None,
             };
-            managed::record(None, &mut value, &writer, &admission::now());
+            // A replaced object keeps its entries and adds what changed, as an update does.
+            managed::record(existing.as_deref(), &mut value, &writer, &admission::now());
         }
         let stored = if existing.is_some() {
             inner.replace(storage.bucket, key, value)

@@ -64,10 +64,10 @@ impl Filter {
     }
 
     /// The event line of a stored object (a live record's or an initial event's): encoded once
-    /// for all watchers that want the stored resource's own representation (the events.k8s.io view and metadata-only
-    /// watches encode their own). The first watcher's resource info orders the keys for all:
-    /// the one bucket served at two versions with that view (CSIStorageCapacity v1 and
-    /// v1beta1) has the same key order in both.
+    /// for all watchers that want the stored resource's own representation (the events.k8s.io
+    /// view and metadata-only watches encode their own). The first watcher's resource info
+    /// orders the keys for all: the one bucket served at two versions with that view
+    /// (CSIStorageCapacity v1 and v1beta1) has the same key order in both.
     fn shared_line(&self, event: &str, object: &Value, json: &Encoded) -> Bytes {
         let shared =
             self.info.view == View::Native && matches!(self.format, Format::Object | Format::Table);

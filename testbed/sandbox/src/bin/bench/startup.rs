@@ -151,7 +151,7 @@ pub(crate) async fn fresh_start(
     up
 }
 
-/// The start-up rows of a report's measurement table; `what` names the stored objects.
+/// The start-up rows of a report's measurement table, each name after `prefix`.
 pub(crate) fn rows(row: &mut impl FnMut(&str, String), prefix: &str, up: &StartUp) {
     row(
         &format!("{prefix}start to diagnostics served"),
