@@ -2,8 +2,11 @@
 //! registrar's `--health-port`): `rounds` floods of `n` requests at once, each on its own
 //! connection as kubelet's prober and a scraper each open their own. Every answer must be 200,
 //! the descriptors must be back to the idle level after each flood, and the memory after the
-//! last third of the floods must not be above the first two thirds' (+10 %): a leak grows by the
-//! same amount each flood, memory the allocator keeps levels off.
+//! last flood must not be above the first two thirds' peak (+10 %): a leak grows by the same
+//! amount each flood, so the last flood is its highest; memory the allocator keeps levels off,
+//! and may stay at a flood's peak for a few floods before it is returned (one whole-suite run
+//! of 6 Dec 2026 held 63 MiB after floods 27-29 of 30, against 55 before and 53 after, which
+//! an earlier check of every flood of the last third counted as growth).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -134,13 +137,9 @@ pub(super) async fn flood(
             ..after
         });
     }
-    let two_thirds = Duration::from_secs(u64::try_from(rounds * 2 / 3)?);
-    let early = procstat::first_window_peak(&settled_levels, two_thirds).context("no flood")?;
     // Descriptors are checked after each flood (back to the idle level); here only memory.
-    for later in settled_levels.iter().filter(|s| s.at > two_thirds) {
-        if let Some(problem) = procstat::rss_growth(&early, later) {
-            f.expect(false, || format!("flood {}: {problem}", later.at.as_secs()));
-        }
+    if let Some(problem) = memory_growth(&settled_levels)? {
+        f.expect(false, || problem);
     }
     let rss_after = |i: usize| settled_levels.get(i).map_or(0.0, Sample::rss_mib);
     let floods = settled_levels.len();
@@ -162,4 +161,61 @@ pub(super) async fn flood(
         before.describe()
     ));
     Ok(())
+}
+
+/// Whether memory grew over the floods: the level after the last one (`levels` are the levels
+/// after each flood, `at` its number) above the peak of the first two thirds by more than
+/// [`procstat::rss_growth`]'s slack.
+fn memory_growth(levels: &[Sample]) -> anyhow::Result<Option<String>> {
+    let two_thirds = Duration::from_secs(u64::try_from(levels.len() * 2 / 3)?);
+    let early = procstat::first_window_peak(levels, two_thirds).context("no flood")?;
+    let last = levels.last().context("no flood")?;
+    Ok(procstat::rss_growth(&early, last)
+        .map(|problem| format!("flood {}: {problem}", last.at.as_secs())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn levels(mib: &[u64]) -> Vec<Sample> {
+        (1..)
+            .zip(mib)
+            .map(|(round, mib)| Sample {
+                at: Duration::from_secs(round),
+                rss_kib: mib * 1024,
+                fds: 10,
+                sockets: 4,
+                threads: 1,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn memory_grows_when_the_last_flood_ends_above_the_first_two_thirds() {
+        let mut transient = vec![50; 30];
+        transient[26..29].copy_from_slice(&[63, 63, 63]);
+        for (name, mib, grew) in [
+            ("flat", vec![50; 30], false),
+            (
+                "levels off late but within the slack",
+                (40..70).map(|m| m.min(54)).collect(),
+                false,
+            ),
+            ("held for a few floods, then returned", transient, false),
+            ("a leak of 1 MiB a flood", (40..70).collect(), true),
+            ("a step at the end", [vec![50; 29], vec![56]].concat(), true),
+        ] {
+            let problem = memory_growth(&levels(&mib)).unwrap();
+            assert_eq!(problem.is_some(), grew, "{name}: {problem:?}");
+        }
+        let problem = memory_growth(&levels(&(40..70).collect::<Vec<_>>()))
+            .unwrap()
+            .unwrap();
+        assert!(
+            problem.starts_with("flood 30: rss 70656 KiB at the end"),
+            "{problem}"
+        );
+        assert!(memory_growth(&[]).is_err());
+    }
 }

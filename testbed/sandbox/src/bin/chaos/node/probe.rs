@@ -248,8 +248,8 @@ async fn not_ready(rig: &ProbeRig, f: &mut Findings) -> anyhow::Result<()> {
 }
 
 /// `n` requests at once, `rounds` times. Every flood's descriptors must be closed after it,
-/// and memory must level off: the levels after the last third of the floods must not be above
-/// those of the first two thirds (beyond [`procstat::rss_growth`]'s slack). The allocator
+/// and memory must level off: the level after the last flood must not be above the peak of
+/// the first two thirds (beyond [`procstat::rss_growth`]'s slack). The allocator
 /// keeps some freed memory, so the level climbs over the first floods and then stays flat,
 /// which a leak, growing by the same amount each flood, would not do. How soon it is flat
 /// depends on the sidecar's threads: on livenessprobe's one thread, 12 floods of 500 left
