@@ -239,12 +239,8 @@ impl Inner {
         let Some(b) = self.buckets.get(bucket) else {
             return Ok(Vec::new());
         };
-        let mut objects: BTreeMap<String, Arc<Value>> = b
-            .objects
-            .range(prefix.to_owned()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, e)| (k.clone(), e.object.clone()))
-            .collect();
+        let mut objects: BTreeMap<String, Arc<Value>> =
+            self.range(bucket, prefix).into_iter().collect();
         for record in b.history.iter().rev().take_while(|r| r.rv > at) {
             if !record.key.starts_with(prefix) {
                 continue;
