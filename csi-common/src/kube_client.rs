@@ -273,8 +273,19 @@ pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per API server: client-go's `MaxIdleConnsPerHost`.
 const MAX_IDLE_CONNECTIONS_PER_HOST: usize = 25;
 
+/// hyper's cap on how much a connection asks to read at once, which bounds how far its read
+/// buffer grows.
+///
+/// With hyper's default (408 KiB) each watch that streamed a large initial list grew its buffer
+/// to about 0.8 MiB and kept it for the life of the watch: a fresh csi-attacher with 5,000
+/// VolumeAttachments and PVs held 1.6 MiB more than one that saw the same objects arrive one by
+/// one (docs/bench.md, "The watches' read buffers"). Bodies of any size still pass, read in
+/// pieces.
+pub const MAX_READ_BUFFER: usize = 64 * 1024;
+
 /// kube's default stack (TLS, timeouts, retries of 429/503/504, authentication, extra headers)
-/// over a connection pool that closes idle connections after [`IDLE_CONNECTION_TIMEOUT`].
+/// over a connection pool that closes idle connections after [`IDLE_CONNECTION_TIMEOUT`] and
+/// whose connections read at most [`MAX_READ_BUFFER`] at once.
 ///
 /// kube builds hyper's pool without a timer, and hyper only expires idle connections when it has
 /// one: a sidecar kept every connection its busiest moment ever opened (the HTTP/1.1 client opens
@@ -310,6 +321,7 @@ pub fn client_builder_with_idle_timeout(
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(idle_timeout)
         .pool_max_idle_per_host(MAX_IDLE_CONNECTIONS_PER_HOST)
+        .http1_max_buf_size(MAX_READ_BUFFER)
         .build::<_, kube::client::Body>(connector);
     let auth = config.auth_layer().map_err(Error::Build)?;
     let service = ServiceBuilder::new()

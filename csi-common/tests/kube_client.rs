@@ -471,3 +471,48 @@ async fn an_idle_connection_to_the_api_server_is_closed_after_the_idle_timeout()
         Duration::from_secs(90)
     );
 }
+
+/// A one-shot HTTP/1.1 server on a real port that answers its first request with `response`,
+/// written in one piece, as kube-apiserver writes a watch's initial events as fast as the socket
+/// takes them.
+async fn answering(response: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0_u8; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert_ne!(n, 0, "the client closed before its request was complete");
+            request.extend_from_slice(&buf[..n]);
+        }
+        // The client may close first when it refuses the answer.
+        let _ = stream.write_all(&response).await;
+        let _ = stream.shutdown().await;
+    });
+    url
+}
+
+async fn get_text(url: &str) -> Result<String, kube::Error> {
+    let client = kube_client::client_builder(kube::Config::new(url.parse().unwrap()))
+        .unwrap()
+        .build();
+    let request = http::Request::get("/apis/x").body(Vec::new()).unwrap();
+    client.request_text(request).await
+}
+
+/// The read buffer's cap bounds each read, not what a body may hold: one line of 1 MiB (a watch
+/// event of an object with a large annotation) in a single chunk, 16 times the cap, arrives whole.
+#[tokio::test]
+async fn a_body_far_larger_than_the_read_buffer_arrives_whole() {
+    let line = format!("{}\n", "x".repeat(16 * kube_client::MAX_READ_BUFFER - 1));
+    let mut response =
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec();
+    response.extend_from_slice(format!("{:x}\r\n{line}\r\n0\r\n\r\n", line.len()).as_bytes());
+    let url = answering(response).await;
+    assert_eq!(get_text(&url).await.unwrap(), line);
+}
