@@ -273,7 +273,7 @@ pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per API server: client-go's `MaxIdleConnsPerHost`.
 const MAX_IDLE_CONNECTIONS_PER_HOST: usize = 25;
 
-/// hyper's cap on how much a connection asks to read at once, which bounds how far its read
+/// hyper's cap on the size of the reads a connection makes, which bounds how far its read
 /// buffer grows.
 ///
 /// With hyper's default (408 KiB) each watch that streamed a large initial list grew its buffer
@@ -285,7 +285,7 @@ pub const MAX_READ_BUFFER: usize = 64 * 1024;
 
 /// kube's default stack (TLS, timeouts, retries of 429/503/504, authentication, extra headers)
 /// over a connection pool that closes idle connections after [`IDLE_CONNECTION_TIMEOUT`] and
-/// whose connections read at most [`MAX_READ_BUFFER`] at once.
+/// whose connections size their reads up to [`MAX_READ_BUFFER`].
 ///
 /// kube builds hyper's pool without a timer, and hyper only expires idle connections when it has
 /// one: a sidecar kept every connection its busiest moment ever opened (the HTTP/1.1 client opens
