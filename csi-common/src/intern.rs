@@ -8,6 +8,10 @@
 //! inline, and nothing more once another object holds the same text. docs/bench.md ("Shared
 //! strings and a compact metadata") has what this saved.
 //!
+//! A PV's `spec.nodeAffinity` is shared the same way: volumes of one zone, or of one node for a
+//! node-local driver, carry the same terms, and k8s-openapi reads each term into three nested
+//! `Vec`s with room for four items each (serde's growth from empty), some 600 bytes per volume.
+//!
 //! The interner forgets what no cached object holds any more: when a table has doubled since it
 //! was last swept, it drops the values only it holds, so unique values (names, volume handles,
 //! a selected node that is never reused) cost a slot until the next sweep, not for ever, and a
@@ -15,10 +19,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::ops::Deref;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, VolumeNodeAffinity};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// A shared list of strings.
@@ -34,6 +40,45 @@ pub struct Interner {
     strs: Table<str>,
     lists: Table<[Arc<str>]>,
     pairs: Table<[(Arc<str>, Arc<str>)]>,
+    affinities: Table<NodeAffinity>,
+}
+
+/// A shared `VolumeNodeAffinity` ([`Interner::node_affinity`]); it reads as one through
+/// `Deref`.
+#[derive(Debug, PartialEq)]
+pub struct NodeAffinity(VolumeNodeAffinity);
+
+impl Deref for NodeAffinity {
+    type Target = VolumeNodeAffinity;
+
+    fn deref(&self) -> &VolumeNodeAffinity {
+        &self.0
+    }
+}
+
+// Every field is a string, a list or an option of them: equality is an equivalence.
+impl Eq for NodeAffinity {}
+
+/// k8s-openapi's types are not `Hash`: this hashes the fields their `PartialEq` compares, so
+/// equal affinities hash alike.
+impl Hash for NodeAffinity {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let terms = self.0.required.as_ref().map(|r| &r.node_selector_terms);
+        terms.map(Vec::len).hash(state);
+        for term in terms.into_iter().flatten() {
+            hash_requirements(term.match_expressions.as_deref(), state);
+            hash_requirements(term.match_fields.as_deref(), state);
+        }
+    }
+}
+
+fn hash_requirements<H: Hasher>(requirements: Option<&[NodeSelectorRequirement]>, state: &mut H) {
+    requirements.map(<[_]>::len).hash(state);
+    for r in requirements.into_iter().flatten() {
+        r.key.hash(state);
+        r.operator.hash(state);
+        r.values.hash(state);
+    }
 }
 
 impl fmt::Debug for Interner {
@@ -42,6 +87,7 @@ impl fmt::Debug for Interner {
             .field("strs", &self.strs.set.len())
             .field("lists", &self.lists.set.len())
             .field("pairs", &self.pairs.set.len())
+            .field("affinities", &self.affinities.set.len())
             .finish()
     }
 }
@@ -92,10 +138,22 @@ impl Interner {
         map.map(|m| self.pairs(m.iter().map(|(k, q)| (k.as_str(), q.0.as_str()))))
     }
 
-    /// How many values the tables hold (strings, lists, maps).
+    /// The shared copy of a PV's node affinity. Its strings are not shared with the other
+    /// tables: a copy per distinct affinity is what is kept, and that copy is a clone, whose
+    /// lists have no room to spare.
+    pub fn node_affinity(&mut self, value: VolumeNodeAffinity) -> Arc<NodeAffinity> {
+        let value = NodeAffinity(value);
+        self.affinities
+            .get_or_insert(&value, |v| Arc::new(NodeAffinity(v.0.clone())))
+    }
+
+    /// How many values the tables hold (strings, lists, maps, affinities).
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.strs.set.len() + self.lists.set.len() + self.pairs.set.len()
+        self.strs.set.len()
+            + self.lists.set.len()
+            + self.pairs.set.len()
+            + self.affinities.set.len()
     }
 }
 

@@ -78,3 +78,63 @@ fn values_no_one_holds_are_forgotten_and_held_values_stay_shared() {
     }
     assert!(Arc::ptr_eq(&held_list, &interner.list(["x", "y"])));
 }
+
+fn affinity(terms: &[(&str, &str, Option<&[&str]>)]) -> VolumeNodeAffinity {
+    use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorTerm};
+    VolumeNodeAffinity {
+        required: Some(NodeSelector {
+            node_selector_terms: terms
+                .iter()
+                .map(|(key, operator, values)| NodeSelectorTerm {
+                    match_expressions: Some(vec![NodeSelectorRequirement {
+                        key: (*key).to_owned(),
+                        operator: (*operator).to_owned(),
+                        values: values.map(|v| v.iter().map(|s| (*s).to_owned()).collect()),
+                    }]),
+                    match_fields: None,
+                })
+                .collect(),
+        }),
+    }
+}
+
+/// Volumes of one node or zone share one affinity; an affinity that differs anywhere (a value,
+/// an operator, the order of the terms, an absent list against an empty one) is its own copy,
+/// and each copy reads back exactly as it was given.
+#[test]
+fn equal_node_affinities_share_one_copy_and_any_difference_is_kept() {
+    let mut interner = Interner::default();
+    let node = affinity(&[("topology.hostpath.csi/node", "In", Some(&["node-1"]))]);
+    let a = interner.node_affinity(node.clone());
+    let b = interner.node_affinity(node.clone());
+    assert!(Arc::ptr_eq(&a, &b));
+    assert_eq!(**a, node);
+
+    let zones = affinity(&[("zone", "In", Some(&["a"])), ("zone", "In", Some(&["b"]))]);
+    let mut different = vec![
+        affinity(&[("topology.hostpath.csi/node", "In", Some(&["node-2"]))]),
+        affinity(&[("topology.hostpath.csi/node", "NotIn", Some(&["node-1"]))]),
+        affinity(&[("topology.hostpath.csi/node", "Exists", None)]),
+        affinity(&[("topology.hostpath.csi/node", "Exists", Some(&[]))]),
+        affinity(&[("zone", "In", Some(&["b"])), ("zone", "In", Some(&["a"]))]),
+        zones,
+        affinity(&[]),
+        VolumeNodeAffinity { required: None },
+    ];
+    let mut fields = node.clone();
+    let term = &mut fields.required.as_mut().unwrap().node_selector_terms[0];
+    term.match_fields = term.match_expressions.take();
+    different.push(fields);
+
+    let mut seen = vec![a];
+    for value in different {
+        let shared = interner.node_affinity(value.clone());
+        assert_eq!(**shared, value);
+        assert!(
+            seen.iter().all(|s| !Arc::ptr_eq(s, &shared)),
+            "{value:?} shares another affinity's copy"
+        );
+        assert!(Arc::ptr_eq(&shared, &interner.node_affinity(value)));
+        seen.push(shared);
+    }
+}

@@ -10,8 +10,8 @@
 //! the list and watch requests are unchanged. The caches then hold [`PersistentVolumeClaim`] and
 //! [`PersistentVolume`], made from them by [`claim_projection`] and [`volume_projection`]: the
 //! metadata as a [`Meta`], and every string most objects share (namespace, class, driver,
-//! access modes, annotations, finalizers, the claimRef's kind, ...) as one copy from an
-//! [`Interner`] (docs/bench.md, "Shared strings and a compact metadata", has what each step
+//! access modes, annotations, finalizers, the claimRef's kind, ..., and a volume's whole node
+//! affinity) as one copy from an [`Interner`] (docs/bench.md, "Shared strings and a compact metadata", has what each step
 //! saved). [`super::stores::Stores`] hands out real objects built from them
 //! ([`PersistentVolumeClaim::to_full`], [`PersistentVolume::to_full`]), so the decisions,
 //! requests and patches read the same values as before.
@@ -35,7 +35,7 @@ use std::sync::Arc;
 use csi_common::cached::{Meta, Reference, meta_without_managed_fields};
 use csi_common::informer::Keyed;
 use csi_common::intern::{
-    Interner, SharedList, SharedPairs, to_map, to_quantities, to_vec, with_interner,
+    Interner, NodeAffinity, SharedList, SharedPairs, to_map, to_quantities, to_vec, with_interner,
 };
 use k8s_openapi::api::core::v1::{
     self as real, CSIPersistentVolumeSource, ObjectReference, SecretReference,
@@ -241,7 +241,7 @@ struct VolumeSpec {
     claim_ref: Option<Box<Reference>>,
     csi: Option<Box<CsiSource>>,
     mount_options: Option<SharedList>,
-    node_affinity: Option<Box<VolumeNodeAffinity>>,
+    node_affinity: Option<Arc<NodeAffinity>>,
     persistent_volume_reclaim_policy: Option<Arc<str>>,
     storage_class_name: Option<Arc<str>>,
     volume_attributes_class_name: Option<Arc<str>>,
@@ -284,7 +284,7 @@ impl PersistentVolume {
                     .map(|r| Box::new(Reference::new(r, interner))),
                 csi: spec.csi.map(|csi| Box::new(CsiSource::new(csi, interner))),
                 mount_options: interner.opt_list(spec.mount_options),
-                node_affinity: spec.node_affinity.map(Box::new),
+                node_affinity: spec.node_affinity.map(|a| interner.node_affinity(a)),
                 persistent_volume_reclaim_policy: interner
                     .opt_str(spec.persistent_volume_reclaim_policy),
                 storage_class_name: interner.opt_str(spec.storage_class_name),
@@ -309,7 +309,7 @@ impl PersistentVolume {
                     .map(Reference::to_object_reference),
                 csi: spec.csi.as_deref().map(CsiSource::to_full),
                 mount_options: spec.mount_options.as_deref().map(to_vec),
-                node_affinity: spec.node_affinity.as_deref().cloned(),
+                node_affinity: spec.node_affinity.as_deref().map(|a| (**a).clone()),
                 persistent_volume_reclaim_policy: owned(
                     spec.persistent_volume_reclaim_policy.as_deref(),
                 ),

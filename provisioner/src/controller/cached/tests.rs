@@ -265,5 +265,7 @@ fn objects_of_one_cache_share_their_common_strings() {
         a.volume_attributes.as_ref().unwrap(),
         b.volume_attributes.as_ref().unwrap()
     ));
+    let affinity = |v: &PersistentVolume| v.spec.clone().unwrap().node_affinity.unwrap();
+    assert!(Arc::ptr_eq(&affinity(&volumes[0]), &affinity(&volumes[1])));
     // The claimRef's kind and namespace: csi_common::cached's `Reference` tests.
 }

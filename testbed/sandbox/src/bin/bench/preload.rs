@@ -3,10 +3,12 @@
 //! csi-provisioner and kube-controller-manager are done (the golden fixtures'
 //! `objects/pvc-2-bound.json` and `objects/pv-1-provisioned-bound.json`), `managedFields`
 //! included, so that a fresh start reads as much JSON per object as it would from
-//! kube-apiserver.
+//! kube-apiserver. Each PV has the node affinity the mock driver's topology gives the PVs the
+//! burst provisions (the fixture's hostpath PV has one too), so the two caches hold the same.
 
 use serde_json::{Value, json};
 use testbed_cluster::apiserver::ApiServer;
+use testbed_mock_csi::{DEFAULT_NODE_ID, DEFAULT_TOPOLOGY_KEY};
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -97,6 +99,7 @@ fn volume(i: usize, class: &str, driver: &str, claim_uid: &str) -> Value {
                                "f:csi": {".": {}, "f:driver": {}, "f:fsType": {},
                                          "f:volumeAttributes": {".": {}, "f:storage.kubernetes.io/csiProvisionerIdentity": {}},
                                          "f:volumeHandle": {}},
+                               "f:nodeAffinity": {".": {}, "f:required": {}},
                                "f:persistentVolumeReclaimPolicy": {}, "f:storageClassName": {}, "f:volumeMode": {}},
                 })),
                 entry("kube-controller-manager", Some("status"), &json!({"f:status": {"f:phase": {}}})),
@@ -118,6 +121,9 @@ fn volume(i: usize, class: &str, driver: &str, claim_uid: &str) -> Value {
                 "fsType": "ext4",
                 "volumeAttributes": {"storage.kubernetes.io/csiProvisionerIdentity": format!("1795275348577-3187-{driver}")},
             },
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": DEFAULT_TOPOLOGY_KEY, "operator": "In", "values": [DEFAULT_NODE_ID]},
+            ]}]}},
         },
         "status": {"phase": "Bound", "lastPhaseTransitionTime": TIME},
     })
