@@ -28,6 +28,7 @@ pub mod intern;
 pub mod kube_client;
 pub mod leader;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod quantity;
 pub mod quote;

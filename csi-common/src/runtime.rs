@@ -209,7 +209,8 @@ pub fn build(threads: Threads) -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 /// The end of every sidecar's `main`: builds the runtime ([`build`]), installs the
-/// SIGTERM/SIGINT handlers ([`crate::shutdown::signals`]) and runs `main` with a future that
+/// SIGTERM/SIGINT handlers ([`crate::shutdown::signals`]), starts
+/// [`crate::memory::release_freed_memory`] and runs `main` with a future that
 /// resolves at the first signal (logged with `stopping`). Returns what `main` returns, or 1 when
 /// the runtime or the handlers cannot be set up (upstream: a fatal start-up error). Tasks still
 /// running when `main` returns are not waited for: the process is about to exit.
@@ -249,6 +250,8 @@ where
                 return std::process::ExitCode::from(1);
             }
         };
+        // Dropped with the runtime when `main` returns.
+        tokio::spawn(crate::memory::release_freed_memory());
         main(Box::pin(async move {
             let signal = signals.await;
             tracing::info!(%signal, "{stopping}");

@@ -8,8 +8,9 @@
 //! # Private binding without `umask`
 //!
 //! `umask(2)` is process-wide (racy with other threads) and needs `unsafe`, which the workspace
-//! forbids. Linux gives the file that `bind(2)` creates the mode of the socket's own inode,
-//! masked by the umask, and `fchmod(2)` on an unbound socket sets that inode's mode. So
+//! denies (its one exception is glibc's `malloc_trim`, in `csi_common::memory`). Linux gives the
+//! file that `bind(2)` creates the mode of the socket's own inode, masked by the umask, and
+//! `fchmod(2)` on an unbound socket sets that inode's mode. So
 //! [`bind_private`] creates the socket, `fchmod`s it to `0700` (through a duplicated descriptor
 //! and `File::set_permissions`, all safe std APIs), and only then binds: the file appears as
 //! `srwx------` at once, like upstream's under umask 0077. Like any `bind(2)`, it fails if

@@ -1,0 +1,143 @@
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use super::*;
+
+const MIB: u64 = 1024 * 1024;
+
+/// Readings of the anonymous RSS, one per check, and whether each check trims.
+#[test]
+fn a_trim_follows_growth_over_the_lowest_reading_since_the_last_trim() {
+    let cases: &[(&str, &[(u64, bool)])] = &[
+        (
+            "steady",
+            &[(10 * MIB, false), (10 * MIB, false), (10 * MIB, false)],
+        ),
+        (
+            "growth below the threshold",
+            &[(10 * MIB, false), (10 * MIB + GROWTH - 1, false)],
+        ),
+        (
+            "growth of exactly the threshold",
+            &[(10 * MIB, false), (10 * MIB + GROWTH, true)],
+        ),
+        (
+            "growth measured from the lowest reading",
+            &[(12 * MIB, false), (10 * MIB, false), (11 * MIB, true)],
+        ),
+        (
+            "small steps add up",
+            &[
+                (10 * MIB, false),
+                (10 * MIB + GROWTH / 2, false),
+                (10 * MIB + GROWTH, true),
+            ],
+        ),
+        (
+            "a fall never trims",
+            &[(30 * MIB, false), (10 * MIB, false)],
+        ),
+    ];
+    for (name, readings) in cases {
+        let mut floor = Floor::new();
+        for (i, (rss, want)) in readings.iter().enumerate() {
+            assert_eq!(floor.observe(*rss), *want, "{name}: reading {i} ({rss})");
+        }
+    }
+}
+
+/// After a trim, growth counts from what the trim left, so memory that is live (a cache that
+/// filled) is trimmed for once, not at every check.
+#[test]
+fn after_a_trim_growth_counts_from_what_it_left() {
+    let mut floor = Floor::new();
+    assert!(!floor.observe(10 * MIB));
+    assert!(floor.observe(20 * MIB));
+    floor.trimmed(Some(19 * MIB));
+    assert!(!floor.observe(20 * MIB - 1));
+    assert!(floor.observe(20 * MIB));
+    // An unreadable RSS after the trim: the next reading is the floor.
+    floor.trimmed(None);
+    assert!(!floor.observe(25 * MIB));
+    assert!(floor.observe(26 * MIB));
+}
+
+#[test]
+fn rss_anon_is_read_from_proc_status() {
+    let status = "Name:\tcsi-provisioner\nVmRSS:\t   25344 kB\nRssAnon:\t   16688 kB\nRssFile:\t    9564 kB\n";
+    assert_eq!(parse_rss_anon(status), Some(16_688 * 1024));
+    assert_eq!(parse_rss_anon("VmRSS:\t1 kB\n"), None);
+    assert_eq!(parse_rss_anon("RssAnon:\tmany kB\n"), None);
+}
+
+/// The loop reads every period, trims on growth and reads again after the trim.
+#[tokio::test(start_paused = true)]
+async fn the_loop_trims_once_per_growth_and_reads_again_after_a_trim() {
+    // One reading per check, plus the reading after each trim.
+    let readings = Arc::new(Mutex::new(VecDeque::from([
+        10 * MIB, // check 1: the floor
+        10 * MIB, // check 2
+        14 * MIB, // check 3: grown, trim
+        11 * MIB, // after the trim
+        11 * MIB, // check 4
+        13 * MIB, // check 5: grown over 11 MiB, trim
+        12 * MIB, // after the trim
+    ])));
+    let trims = Arc::new(Mutex::new(Vec::new()));
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let mut done_tx = Some(done_tx);
+    let read = {
+        let readings = Arc::clone(&readings);
+        move || {
+            let next = readings.lock().unwrap().pop_front();
+            if next.is_none()
+                && let Some(tx) = done_tx.take()
+            {
+                let _ = tx.send(tokio::time::Instant::now());
+            }
+            next
+        }
+    };
+    let trim = {
+        let trims = Arc::clone(&trims);
+        let readings = Arc::clone(&readings);
+        move || {
+            // Which reading comes next tells when the trim ran.
+            trims.lock().unwrap().push(readings.lock().unwrap().len());
+            true
+        }
+    };
+    let start = tokio::time::Instant::now();
+    let task = tokio::spawn(run(Duration::from_secs(5), read, trim));
+    let ended = done_rx.await.unwrap();
+    task.abort();
+    // Trims after check 3 (four readings left) and check 5 (one left).
+    assert_eq!(*trims.lock().unwrap(), [4, 1]);
+    // Six checks, the first at once: the readings ran out at the sixth, 25 s in.
+    assert_eq!(ended - start, Duration::from_secs(25));
+}
+
+/// The trim itself: memory freed below a block still in use stays resident until the trim
+/// gives it back.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn a_trim_gives_back_heap_pages_that_free_kept() {
+    // 64 MiB in 4 KiB blocks, far below glibc's mmap threshold: they come from this thread's
+    // arena, and each is written, so resident.
+    let blocks: Vec<Vec<u8>> = (0..16_384_u32)
+        .map(|i| vec![u8::try_from(i % 251).unwrap() | 1; 4096])
+        .collect();
+    // Allocated after them: the heap's top stays in use, so free() alone cannot shrink it.
+    let pin = vec![1_u8; 4096];
+    drop(blocks);
+    let freed = anonymous_rss().unwrap();
+    assert!(trim(), "malloc_trim reported nothing released");
+    let after = anonymous_rss().unwrap();
+    assert!(
+        after + 32 * MIB <= freed,
+        "anonymous RSS {} KiB after the trim, {} KiB before",
+        after / 1024,
+        freed / 1024
+    );
+    drop(pin);
+}
