@@ -9,9 +9,11 @@
 //!
 //! [`release_freed_memory`] runs beside every sidecar ([`crate::runtime::block_on_until_signal`]
 //! starts it). Every [`CHECK_PERIOD`] it reads the process's anonymous RSS; when that has grown
-//! by [`GROWTH`] over the lowest value since the last trim, it trims. A sidecar whose memory
-//! holds steady never trims; after a burst it trims once or twice; while its caches fill, a
-//! trim finds little and only moves that lowest value up.
+//! by [`GROWTH`] over the lowest value since the last trim, it trims: after a burst, within
+//! seconds. Memory freed without any growth (the pool closing connections that went idle after
+//! a burst, the last work in flight when a burst ends) shows in no reading, so it trims at the
+//! latest every [`LATEST_CHECKS`] checks (30 s) as well; a trim that finds nothing whole to
+//! give back costs a walk of the free lists, about a millisecond for a sidecar's heap.
 //!
 //! Elsewhere than on glibc (musl, other systems) there is nothing to call and nothing runs.
 
@@ -25,34 +27,48 @@ pub const CHECK_PERIOD: Duration = Duration::from_secs(5);
 /// next one: less would trim on ordinary churn, where there is nothing whole to give back.
 pub const GROWTH: u64 = 1024 * 1024;
 
-/// The lowest anonymous RSS, in bytes, since the last trim (or the start).
+/// The most checks between two trims, whatever the readings: freed memory that no reading
+/// shows goes back within this many [`CHECK_PERIOD`]s (30 s).
+pub const LATEST_CHECKS: u32 = 6;
+
+/// What the trimmer remembers since the last trim (or the start): the lowest anonymous RSS, in
+/// bytes, and how many checks have passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Floor(Option<u64>);
+pub(crate) struct Floor {
+    lowest: Option<u64>,
+    checks: u32,
+}
 
 impl Floor {
     /// No reading yet: the first one sets the floor.
     pub(crate) const fn new() -> Self {
-        Self(None)
+        Self {
+            lowest: None,
+            checks: 0,
+        }
     }
 
-    /// Takes a reading of the anonymous RSS; returns whether to trim now. A trim's caller
+    /// Takes a check's reading of the anonymous RSS; returns whether to trim now: on growth of
+    /// [`GROWTH`] over the lowest reading, or at the [`LATEST_CHECKS`]th check. A trim's caller
     /// then hands the reading after it to [`Floor::trimmed`].
     pub(crate) fn observe(&mut self, rss: u64) -> bool {
-        let floor = self.0.map_or(rss, |floor| floor.min(rss));
-        self.0 = Some(floor);
-        rss >= floor.saturating_add(GROWTH)
+        let lowest = self.lowest.map_or(rss, |lowest| lowest.min(rss));
+        self.lowest = Some(lowest);
+        self.checks = self.checks.saturating_add(1);
+        rss >= lowest.saturating_add(GROWTH) || self.checks >= LATEST_CHECKS
     }
 
     /// A trim left the anonymous RSS at `rss` (or it could not be read): growth is measured
-    /// from there on.
+    /// from there on, and the checks counted again.
     pub(crate) fn trimmed(&mut self, rss: Option<u64>) {
-        self.0 = rss;
+        self.lowest = rss;
+        self.checks = 0;
     }
 }
 
 /// Every [`CHECK_PERIOD`], trims glibc's arenas when the anonymous RSS has grown by
-/// [`GROWTH`] since the last trim (see the module documentation). Runs until dropped; returns
-/// at once where there is no `malloc_trim`.
+/// [`GROWTH`] since the last trim, and at the latest every [`LATEST_CHECKS`] checks (see the
+/// module documentation). Runs until dropped; returns at once where there is no `malloc_trim`.
 pub async fn release_freed_memory() {
     if !TRIM_SUPPORTED {
         return;

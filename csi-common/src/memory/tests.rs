@@ -37,6 +37,17 @@ fn a_trim_follows_growth_over_the_lowest_reading_since_the_last_trim() {
             "a fall never trims",
             &[(30 * MIB, false), (10 * MIB, false)],
         ),
+        (
+            "the sixth check trims whatever the readings",
+            &[
+                (10 * MIB, false),
+                (10 * MIB, false),
+                (10 * MIB, false),
+                (10 * MIB - MIB / 2, false),
+                (10 * MIB, false),
+                (10 * MIB, true),
+            ],
+        ),
     ];
     for (name, readings) in cases {
         let mut floor = Floor::new();
@@ -44,6 +55,33 @@ fn a_trim_follows_growth_over_the_lowest_reading_since_the_last_trim() {
             assert_eq!(floor.observe(*rss), *want, "{name}: reading {i} ({rss})");
         }
     }
+}
+
+/// Memory freed without growth (idle connections closed) shows in no reading: a trim comes at
+/// the latest at every `LATEST_CHECKS`th check, counted again from each trim, whatever its cause.
+#[test]
+fn without_growth_every_sixth_check_trims_counted_from_the_last_trim() {
+    let mut floor = Floor::new();
+    let trims: Vec<bool> = (0..12).map(|_| floor.observe(10 * MIB)).collect();
+    // No trim was handed back, so the count runs on: every check from the sixth trims.
+    assert_eq!(trims.iter().position(|t| *t), Some(5), "{trims:?}");
+
+    let mut floor = Floor::new();
+    let mut trims = Vec::new();
+    for _ in 0..5 {
+        trims.push(floor.observe(10 * MIB));
+    }
+    floor.trimmed(Some(10 * MIB));
+    for _ in 0..6 {
+        trims.push(floor.observe(10 * MIB));
+    }
+    // The trim after the fifth check restarts the count: the next comes six checks later.
+    assert_eq!(
+        trims,
+        [
+            false, false, false, false, false, false, false, false, false, false, true
+        ]
+    );
 }
 
 /// After a trim, growth counts from what the trim left, so memory that is live (a cache that
