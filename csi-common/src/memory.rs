@@ -14,7 +14,7 @@
 //! a burst, the last work in flight when a burst ends) shows in no reading, so it trims at the
 //! latest every [`LATEST_CHECKS`] checks (30 s) as well; a trim that finds nothing whole to
 //! give back costs a walk of the free lists (3.5-4 ms for 100,000 free chunks, in a C program on
-//! the development machine; a sidecar's heap has far fewer).
+//! the development machine; not measured inside a sidecar).
 //!
 //! Elsewhere than on glibc (musl, other systems) there is nothing to call and nothing runs.
 
