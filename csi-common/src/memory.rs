@@ -115,12 +115,8 @@ fn anonymous_rss() -> Option<u64> {
 /// `RssAnon` of a /proc/PID/status text, in bytes (the file gives kB, which proc(5) means as
 /// KiB).
 pub(crate) fn parse_rss_anon(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(|kib| kib.saturating_mul(1024))
+    crate::metrics::procfs::parse_status_kib(status, "RssAnon:")
+        .map(|kib: u64| kib.saturating_mul(1024))
 }
 
 /// Whether this build has a `malloc_trim` to call.

@@ -400,7 +400,7 @@ impl Collector for ProcessCollector {
 
 /// Minimal procfs readers. Each value is optional: a family whose source cannot be read is left
 /// out of the scrape rather than reported as zero.
-mod procfs {
+pub(crate) mod procfs {
     use std::fs;
 
     /// Linux reports CPU times in USER_HZ ticks, fixed at 100 on every architecture Kubernetes
@@ -455,7 +455,7 @@ mod procfs {
             }
         }
         if let Ok(status) = fs::read_to_string("/proc/self/status") {
-            sample.rss_bytes = parse_status_kib(&status, "VmRSS:").map(|kib| kib * 1024.0);
+            sample.rss_bytes = parse_status_kib(&status, "VmRSS:").map(|kib: f64| kib * 1024.0);
         }
         if let Ok(limits) = fs::read_to_string("/proc/self/limits") {
             sample.max_fds = parse_limit(&limits, "Max open files");
@@ -494,7 +494,8 @@ mod procfs {
             .and_then(|v| v.trim().parse().ok())
     }
 
-    pub(super) fn parse_status_kib(status: &str, key: &str) -> Option<f64> {
+    /// The number of a /proc/PID/status row such as `VmRSS:` (the file gives it in kB, KiB).
+    pub(crate) fn parse_status_kib<T: std::str::FromStr>(status: &str, key: &str) -> Option<T> {
         status
             .lines()
             .find_map(|l| l.strip_prefix(key))

@@ -11,10 +11,10 @@
 //! [`PersistentVolume`], made from them by [`claim_projection`] and [`volume_projection`]: the
 //! metadata as a [`Meta`], and every string most objects share (namespace, class, driver,
 //! access modes, annotations, finalizers, the claimRef's kind, ..., and a volume's whole node
-//! affinity) as one copy from an [`Interner`] (docs/bench.md, "Shared strings and a compact metadata", has what each step
-//! saved). [`super::stores::Stores`] hands out real objects built from them
-//! ([`PersistentVolumeClaim::to_full`], [`PersistentVolume::to_full`]), so the decisions,
-//! requests and patches read the same values as before.
+//! affinity) as one copy from an [`Interner`] (docs/bench.md, "Shared strings and a compact
+//! metadata", has what each step saved). [`super::stores::Stores`] hands out real objects built
+//! from them ([`PersistentVolumeClaim::to_full`], [`PersistentVolume::to_full`]), so the
+//! decisions, requests and patches read the same values as before.
 //!
 //! Kept, and why:
 //! * Claims: all of `metadata` but `managedFields` (a reschedule writes the cached claim back
