@@ -44,7 +44,7 @@ use csi_common::workqueue::metrics::WorkQueueMetrics;
 
 use self::in_progress::{InProgress, Infeasible};
 use self::protection::{ProtectionSettings, SourceKey};
-use self::save::Unsaved;
+use self::save::{SavedLately, Unsaved};
 use self::stores::{Handlers, Stores, Wanted};
 use csi_common::workqueue::WorkQueue;
 
@@ -276,6 +276,8 @@ struct QueueHandlers {
     volumes: Arc<WorkQueue<String>>,
     in_progress: Arc<InProgress>,
     deleted: Arc<DeletedVolumes>,
+    /// PVs saved lately; dropped as the informer shows them.
+    saved: Arc<SavedLately>,
     /// The clone-protection queue, when the driver can clone.
     protection: Option<Arc<WorkQueue<SourceKey>>>,
 }
@@ -305,12 +307,14 @@ impl Handlers for QueueHandlers {
 
     fn volume_applied(&self, volume: &PersistentVolume) {
         if let Some(name) = &volume.metadata.name {
+            self.saved.shown(name);
             self.volumes.add(name.clone());
         }
     }
 
     fn volume_deleted(&self, volume: &PersistentVolume) {
         if let Some(name) = &volume.metadata.name {
+            self.saved.shown(name);
             self.volumes.forget(name);
         }
         if let Some(uid) = &volume.metadata.uid {
@@ -355,11 +359,13 @@ pub(crate) async fn run<D: VolumeDriver>(
 
     let in_progress = Arc::new(InProgress::default());
     let deleted = Arc::new(DeletedVolumes::default());
+    let saved = Arc::new(SavedLately::default());
     let handlers = Arc::new(QueueHandlers {
         claims: Arc::clone(&claims),
         volumes: Arc::clone(&volumes),
         in_progress: Arc::clone(&in_progress),
         deleted: Arc::clone(&deleted),
+        saved: Arc::clone(&saved),
         protection: protection_queue.clone(),
     });
     let (stores, informers) = stores::start(
@@ -380,7 +386,7 @@ pub(crate) async fn run<D: VolumeDriver>(
         driver,
         options,
         infeasible: Infeasible::new(retry.max),
-        unsaved: Unsaved::new(unsaved_queue),
+        unsaved: Unsaved::new(unsaved_queue, saved),
         settings,
         recorder,
         metrics,

@@ -53,44 +53,79 @@ pub(crate) struct PendingVolume {
 /// it yet: the informer lags by milliseconds, a minute is far beyond that.
 const SAVED_GRACE: Duration = Duration::from_mins(1);
 
+/// PVs this process saved and the PV informer has not shown yet, by name, with when they were
+/// saved.
+///
+/// An entry is dropped as soon as the informer shows (or deletes) its PV, and in any case once
+/// it is older than [`SAVED_GRACE`]. The table is shrunk as it empties: after a burst of 5,000
+/// provisions it had grown to hold them all (0.45 MiB) and, before, kept that and the last
+/// minute's names until the next save, however long that was (docs/bench.md, "What a burst
+/// leaves behind").
+#[derive(Debug, Default)]
+pub(crate) struct SavedLately(Mutex<HashMap<String, Instant>>);
+
+impl SavedLately {
+    /// Notes that PV `name` was saved at `now`, and forgets saves older than [`SAVED_GRACE`].
+    fn insert(&self, name: &str, now: Instant) {
+        let mut saved = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        saved.retain(|_, at| now.saturating_duration_since(*at) < SAVED_GRACE);
+        saved.insert(name.to_owned(), now);
+    }
+
+    /// Whether PV `name` was saved within [`SAVED_GRACE`] of `now` and not shown since.
+    fn contains(&self, name: &str, now: Instant) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .is_some_and(|at| now.saturating_duration_since(*at) < SAVED_GRACE)
+    }
+
+    /// The PV informer shows PV `name` (or its deletion): the cache answers for it from now on.
+    pub(crate) fn shown(&self, name: &str) {
+        let mut saved = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if saved.remove(name).is_some() && saved.len() * 4 < saved.capacity() {
+            // Halving at most once per three quarters removed keeps removals O(1) amortized.
+            saved.shrink_to_fit();
+        }
+    }
+
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .capacity()
+    }
+}
+
 /// PVs not saved yet, by name, and their queue; and PVs saved lately, by name.
 #[derive(Debug)]
 pub(crate) struct Unsaved {
     pub(crate) queue: Arc<WorkQueue<String>>,
     pending: Mutex<HashMap<String, PendingVolume>>,
-    saved: Mutex<HashMap<String, Instant>>,
+    saved: Arc<SavedLately>,
 }
 
 impl Unsaved {
-    pub(crate) fn new(queue: Arc<WorkQueue<String>>) -> Self {
+    /// `saved` is shared with the PV informer's handler, which calls [`SavedLately::shown`].
+    pub(crate) fn new(queue: Arc<WorkQueue<String>>, saved: Arc<SavedLately>) -> Self {
         Self {
             queue,
             pending: Mutex::new(HashMap::new()),
-            saved: Mutex::new(HashMap::new()),
+            saved,
         }
     }
 
-    /// Whether PV `name` is waiting to be saved, or was saved within [`SAVED_GRACE`].
+    /// Whether PV `name` is waiting to be saved, or was saved within [`SAVED_GRACE`] and the
+    /// informer has not shown it yet.
     pub(crate) fn contains(&self, name: &str) -> bool {
         let pending = self
             .pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .contains_key(name);
-        pending
-            || self
-                .saved
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(name)
-                .is_some_and(|at| at.elapsed() < SAVED_GRACE)
-    }
-
-    /// Notes that PV `name` was saved now (and forgets saves older than [`SAVED_GRACE`]).
-    fn mark_saved(&self, name: &str) {
-        let mut saved = self.saved.lock().unwrap_or_else(PoisonError::into_inner);
-        saved.retain(|_, at| at.elapsed() < SAVED_GRACE);
-        saved.insert(name.to_owned(), Instant::now());
+        pending || self.saved.contains(name, Instant::now())
     }
 
     fn get(&self, name: &str) -> Option<PendingVolume> {
@@ -135,7 +170,12 @@ async fn create<D>(ctx: &Context<D>, volume: &PersistentVolume) -> Result<(), ku
 
 fn saved<D>(ctx: &Context<D>, pending: &PendingVolume) {
     let name = pending.volume.metadata.name.clone().unwrap_or_default();
-    ctx.unsaved.mark_saved(&name);
+    ctx.unsaved.saved.insert(&name, Instant::now());
+    // The informer may have shown the PV before the POST's answer came back: its handler then
+    // found nothing to drop, and the entry would only go with its grace.
+    if ctx.stores.volume(&name).is_some() {
+        ctx.unsaved.saved.shown(&name);
+    }
     ctx.recorder.event(
         &pending.claim,
         EventType::Normal,
@@ -234,8 +274,10 @@ pub(crate) async fn sync<D: VolumeDriver>(ctx: &Context<D>, name: &str) -> Outco
     };
     match attempt(ctx, &pending).await {
         Attempt::Saved => {
-            ctx.unsaved.remove(name);
+            // Noted as saved before it leaves the pending set, so that it never counts as
+            // missing in between.
             saved(ctx, &pending);
+            ctx.unsaved.remove(name);
             Outcome::Done
         }
         Attempt::Abandoned => {
@@ -245,3 +287,6 @@ pub(crate) async fn sync<D: VolumeDriver>(ctx: &Context<D>, name: &str) -> Outco
         Attempt::Failed => Outcome::Retry,
     }
 }
+
+#[cfg(test)]
+mod tests;
