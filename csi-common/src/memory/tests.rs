@@ -85,15 +85,20 @@ fn without_growth_every_sixth_check_trims_counted_from_the_last_trim() {
 }
 
 /// After a trim, growth counts from what the trim left, so memory that is live (a cache that
-/// filled) is trimmed for once, not at every check.
+/// filled) is trimmed for once (and once more at the check after, see below), not at every
+/// check.
 #[test]
 fn after_a_trim_growth_counts_from_what_it_left() {
     let mut floor = Floor::new();
     assert!(!floor.observe(10 * MIB));
     assert!(floor.observe(20 * MIB));
     floor.trimmed(Some(19 * MIB));
+    assert!(floor.observe(19 * MIB), "the check after growth");
+    floor.trimmed(Some(19 * MIB));
     assert!(!floor.observe(20 * MIB - 1));
     assert!(floor.observe(20 * MIB));
+    floor.trimmed(Some(20 * MIB));
+    assert!(floor.observe(20 * MIB), "the check after growth");
     // An unreadable RSS after the trim: the next reading is the floor.
     floor.trimmed(None);
     assert!(!floor.observe(25 * MIB));
@@ -108,17 +113,66 @@ fn rss_anon_is_read_from_proc_status() {
     assert_eq!(parse_rss_anon("RssAnon:\tmany kB\n"), None);
 }
 
-/// The loop reads every period, trims on growth and reads again after the trim.
+/// A burst grows the RSS until its end; what its last work frees shows in no reading, so the
+/// first check without growth trims once more, and only that one.
+#[test]
+fn the_check_after_growth_trims_once_more() {
+    let cases: &[(&str, &[(u64, bool)])] = &[
+        (
+            "growth, then flat",
+            &[
+                (10 * MIB, false),
+                (12 * MIB, true),
+                (12 * MIB, true),
+                (12 * MIB, false),
+                (12 * MIB, false),
+            ],
+        ),
+        (
+            "growth at two checks in a row, then a fall",
+            &[
+                (10 * MIB, false),
+                (12 * MIB, true),
+                (14 * MIB, true),
+                (11 * MIB, true),
+                (11 * MIB, false),
+            ],
+        ),
+        (
+            "growth below the threshold is no growth",
+            &[
+                (10 * MIB, false),
+                (10 * MIB + GROWTH - 1, false),
+                (10 * MIB + GROWTH - 1, false),
+            ],
+        ),
+    ];
+    for (name, readings) in cases {
+        let mut floor = Floor::new();
+        for (i, (rss, want)) in readings.iter().enumerate() {
+            let trim = floor.observe(*rss);
+            assert_eq!(trim, *want, "{name}: reading {i} ({rss})");
+            if trim {
+                floor.trimmed(Some(*rss));
+            }
+        }
+    }
+}
+
+/// The loop reads every period, trims on growth and at the check after it, and reads again
+/// after each trim.
 #[tokio::test(start_paused = true)]
-async fn the_loop_trims_once_per_growth_and_reads_again_after_a_trim() {
+async fn the_loop_trims_on_growth_and_after_it_and_reads_again_after_a_trim() {
     // One reading per check, plus the reading after each trim.
     let readings = Arc::new(Mutex::new(VecDeque::from([
         10 * MIB, // check 1: the floor
         10 * MIB, // check 2
         14 * MIB, // check 3: grown, trim
         11 * MIB, // after the trim
-        11 * MIB, // check 4
-        13 * MIB, // check 5: grown over 11 MiB, trim
+        11 * MIB, // check 4: the check after growth, trim
+        10 * MIB, // after the trim
+        10 * MIB, // check 5
+        12 * MIB, // check 6: grown over 10 MiB, trim
         12 * MIB, // after the trim
     ])));
     let trims = Arc::new(Mutex::new(Vec::new()));
@@ -149,10 +203,10 @@ async fn the_loop_trims_once_per_growth_and_reads_again_after_a_trim() {
     let task = tokio::spawn(run(Duration::from_secs(5), read, trim));
     let ended = done_rx.await.unwrap();
     task.abort();
-    // Trims after check 3 (four readings left) and check 5 (one left).
-    assert_eq!(*trims.lock().unwrap(), [4, 1]);
-    // Six checks, the first at once: the readings ran out at the sixth, 25 s in.
-    assert_eq!(ended - start, Duration::from_secs(25));
+    // Trims after check 3 (six readings left), check 4 (four left) and check 6 (one left).
+    assert_eq!(*trims.lock().unwrap(), [6, 4, 1]);
+    // Seven checks, the first at once: the readings ran out at the seventh, 30 s in.
+    assert_eq!(ended - start, Duration::from_secs(30));
 }
 
 /// The trim itself: memory freed below a block still in use stays resident until the trim
