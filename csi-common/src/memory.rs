@@ -55,9 +55,9 @@ impl Floor {
     /// Takes a check's reading of the anonymous RSS; returns whether to trim now: on growth of
     /// [`GROWTH`] over the lowest reading, at the first check after such growth (a burst that
     /// grew until the last check frees what its last work held without any reading showing
-    /// it: bench runs read 3 MiB more 12 s after a burst when this trim waited for the 30 s
-    /// rule, docs/bench.md), or at the [`LATEST_CHECKS`]th check. A trim's caller then hands
-    /// the reading after it to [`Floor::trimmed`].
+    /// it; two bench runs caught it waiting for the 30 s rule, docs/bench.md "The trim after a
+    /// burst's end"), or at the [`LATEST_CHECKS`]th check. A trim's caller then hands the
+    /// reading after it to [`Floor::trimmed`].
     pub(crate) fn observe(&mut self, rss: u64) -> bool {
         let lowest = self.lowest.map_or(rss, |lowest| lowest.min(rss));
         self.lowest = Some(lowest);
