@@ -12,10 +12,10 @@
 //! by [`GROWTH`] over the lowest value since the last trim, it trims, and trims once more at the
 //! next check that shows no more growth: what the burst's last work freed goes back within
 //! seconds of its end. Memory freed without any growth (the pool closing connections that went
-//! idle after a burst) shows in no reading, so it trims at the
-//! latest every [`LATEST_CHECKS`] checks (30 s) as well; a trim that finds nothing whole to
-//! give back costs a walk of the free lists (3.5-4 ms for 100,000 free chunks, in a C program on
-//! the development machine; not measured inside a sidecar).
+//! idle after a burst) shows in no reading, so it trims at the latest every [`LATEST_CHECKS`]
+//! checks (30 s) as well; a trim that finds nothing whole to give back costs a walk of the free
+//! lists (3.5-4 ms for 100,000 free chunks, in a C program on the development machine; not
+//! measured inside a sidecar).
 //!
 //! Elsewhere than on glibc (musl, other systems) there is nothing to call and nothing runs.
 
@@ -76,8 +76,8 @@ impl Floor {
 }
 
 /// Every [`CHECK_PERIOD`], trims glibc's arenas when the anonymous RSS has grown by
-/// [`GROWTH`] since the last trim, and at the latest every [`LATEST_CHECKS`] checks (see the
-/// module documentation). Runs until dropped; returns at once where there is no `malloc_trim`.
+/// [`GROWTH`] since the last trim, at the check after such growth, and at the latest every
+/// [`LATEST_CHECKS`] checks (see the module documentation). Runs until dropped; returns at once where there is no `malloc_trim`.
 pub async fn release_freed_memory() {
     if !TRIM_SUPPORTED {
         return;

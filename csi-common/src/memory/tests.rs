@@ -49,10 +49,20 @@ fn a_trim_follows_growth_over_the_lowest_reading_since_the_last_trim() {
             ],
         ),
     ];
+    assert_trims(cases);
+}
+
+/// Feeds each case's readings, one per check, to a fresh [`Floor`], hands it each trim's
+/// reading back as the loop does, and checks whether each check trims.
+fn assert_trims(cases: &[(&str, &[(u64, bool)])]) {
     for (name, readings) in cases {
         let mut floor = Floor::new();
         for (i, (rss, want)) in readings.iter().enumerate() {
-            assert_eq!(floor.observe(*rss), *want, "{name}: reading {i} ({rss})");
+            let trim = floor.observe(*rss);
+            assert_eq!(trim, *want, "{name}: reading {i} ({rss})");
+            if trim {
+                floor.trimmed(Some(*rss));
+            }
         }
     }
 }
@@ -147,16 +157,7 @@ fn the_check_after_growth_trims_once_more() {
             ],
         ),
     ];
-    for (name, readings) in cases {
-        let mut floor = Floor::new();
-        for (i, (rss, want)) in readings.iter().enumerate() {
-            let trim = floor.observe(*rss);
-            assert_eq!(trim, *want, "{name}: reading {i} ({rss})");
-            if trim {
-                floor.trimmed(Some(*rss));
-            }
-        }
-    }
+    assert_trims(cases);
 }
 
 /// The loop reads every period, trims on growth and at the check after it, and reads again
