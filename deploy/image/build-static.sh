@@ -25,7 +25,9 @@ binaries=(csi-provisioner csi-attacher csi-resizer csi-node-driver-registrar liv
 packages=(provisioner attacher resizer registrar livenessprobe)
 
 export CARGO_INCREMENTAL=0
-export RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static"
+# v0 symbol names, as .cargo/config.toml sets them (RUSTFLAGS replace its rustflags): the link
+# order files match them (deploy/link-order).
+export RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static -C symbol-mangling-version=v0"
 package_args=()
 for p in "${packages[@]}"; do package_args+=(-p "$p"); done
 cargo build --locked --profile "$profile" --target "$target" --bins "${package_args[@]}"
