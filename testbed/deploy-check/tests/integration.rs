@@ -3,6 +3,7 @@
 //! file's tests with `cargo test --test integration <file>::`.
 
 mod containerfile;
+mod link_order;
 mod manifests;
 mod observed;
 mod static_binary;
