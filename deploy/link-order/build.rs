@@ -18,8 +18,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CSI_LINK_ORDER");
     let var = |key: &str| env::var(key).unwrap_or_default();
     let script = Path::new(&var("CARGO_MANIFEST_DIR")).join("link-order.ld");
-    // An `INSERT` linker script is an ELF linkers' feature (LLD's and GNU ld's); CSI_LINK_ORDER=off
-    // leaves the default layout, for a linker that does not take one.
+    // ELF linkers (LLD, GNU ld) read an `INSERT` linker script; CSI_LINK_ORDER=off keeps the
+    // default layout, for a linker that does not.
     let elf = var("CARGO_CFG_TARGET_OS") == "linux";
     let wanted = var("PROFILE") == "release" && var("CSI_LINK_ORDER") != "off";
     if wanted && elf && script.is_file() {
