@@ -93,10 +93,8 @@ impl Handlers {
                 forget_object(&mut state.objects, &key, name);
                 if gone.is_some()
                     && let Some(k) = state.keys.get_mut(&key)
-                    && k.written.as_ref().and_then(|w| w.metadata.name.as_ref()) == Some(name)
                 {
-                    // Deleted by someone else: re-create, do not update the deleted copy.
-                    k.written = None;
+                    k.deleted(object);
                 }
                 self.capacities.add(key);
             }

@@ -33,7 +33,7 @@ use tokio::time::Instant;
 
 use super::caches::{Caches, Handlers, start_caches};
 use super::csi::CapacityDriver;
-use super::decide::{self, Capacity, CapacityKey, SegmentSource, Step, Template};
+use super::decide::{self, Capacity, CapacityKey, SegmentSource, Step, Template, Tombstone};
 use super::metrics::CapacityMetrics;
 use super::settings::CapacitySettings;
 use super::version::{Capacity as Object, CapacityVersion};
@@ -79,7 +79,29 @@ pub(super) struct KeyState {
     pub(super) refresh: bool,
     /// The object we last wrote: the cache may not have it yet, and a second sync in between
     /// must neither create a duplicate nor update from a stale copy.
-    pub(super) written: Option<CSIStorageCapacity>,
+    written: Option<CSIStorageCapacity>,
+    /// The last of the key's objects the informer saw deleted: a write's answer that comes
+    /// after its deletion's event is not the key's object.
+    deleted: Option<Tombstone>,
+}
+
+impl KeyState {
+    /// The informer saw `object`, one of this key's objects, deleted (by a user, or by the
+    /// obsolete sweep): the next sync creates the object again rather than update it.
+    pub(super) fn deleted(&mut self, object: &CSIStorageCapacity) {
+        self.deleted = Tombstone::of(object);
+        if let (Some(deleted), Some(written)) = (&self.deleted, &self.written)
+            && deleted.buries(written)
+        {
+            self.written = None;
+        }
+    }
+
+    /// Our create or update of `object` succeeded.
+    fn wrote(&mut self, object: CSIStorageCapacity) {
+        let buried = self.deleted.as_ref().is_some_and(|d| d.buries(&object));
+        self.written = (!buried).then_some(object);
+    }
 }
 
 /// What the workers and the informer handlers share.
@@ -282,7 +304,7 @@ async fn sync_key<D: CapacityDriver>(ctx: &Ctx<D>, key: &CapacityKey) -> Outcome
                 "CSIStorageCapacity written"
             );
             if let Some(k) = lock(&ctx.state).keys.get_mut(key) {
-                k.written = Some(object.0);
+                k.wrote(object.0);
             }
         }
         Some(Err(err)) => {
@@ -323,16 +345,9 @@ fn current<D>(ctx: &Ctx<D>, key: &CapacityKey) -> Option<(Capacity, Option<CSISt
     Some((value, existing))
 }
 
-/// Whether `a` is a later version of the same object than `b` (kube-apiserver's
-/// resourceVersions are etcd revisions, increasing integers).
+/// Whether `a` is a later version of the same object than `b`.
 fn newer(a: &CSIStorageCapacity, b: &CSIStorageCapacity) -> bool {
-    let rv = |o: &CSIStorageCapacity| {
-        o.metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    a.metadata.name == b.metadata.name && rv(a) > rv(b)
+    a.metadata.name == b.metadata.name && decide::resource_version(a) > decide::resource_version(b)
 }
 
 /// GetCapacity for `key`, checked and recorded with the key's next due time. `Err` is the

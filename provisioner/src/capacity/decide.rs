@@ -461,5 +461,46 @@ fn term_matches(term: &NodeSelectorTerm, segment: &Segment) -> bool {
         })
 }
 
+/// A resourceVersion as kube-apiserver makes them (an etcd revision, an increasing integer);
+/// `None` when absent or not a number.
+pub(crate) fn resource_version(object: &CSIStorageCapacity) -> Option<u64> {
+    object.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+/// A CSIStorageCapacity the informer saw deleted: its name and the resourceVersion of the
+/// deletion (kube-apiserver stamps the last state in a DELETED event with it).
+///
+/// kube-apiserver sends watch events apart from a writer's answer, so the deletion of an
+/// object we just created or updated can reach us before that write's answer does. Taken for
+/// the key's current object, such an answer kept the deleted object from being created again
+/// until the driver's capacity changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tombstone {
+    name: String,
+    resource_version: Option<u64>,
+}
+
+impl Tombstone {
+    /// The tombstone of `deleted`, the object of a DELETED event (`None` without a name).
+    pub(crate) fn of(deleted: &CSIStorageCapacity) -> Option<Self> {
+        Some(Self {
+            name: deleted.metadata.name.clone()?,
+            resource_version: resource_version(deleted),
+        })
+    }
+
+    /// Whether `written`, the answer to our create or update, is a state this deletion ended:
+    /// the same name and a resourceVersion no later than the deletion's. Without both
+    /// versions the name decides: an update of an object already deleted fails, and a
+    /// generated name is not given out again while its object exists.
+    pub(crate) fn buries(&self, written: &CSIStorageCapacity) -> bool {
+        written.metadata.name.as_deref() == Some(self.name.as_str())
+            && match (self.resource_version, resource_version(written)) {
+                (Some(deleted), Some(written)) => written <= deleted,
+                _ => true,
+            }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -578,3 +578,38 @@ fn a_volume_refreshes_the_keys_of_its_class_in_its_segments() {
     assert!(zones(&volume("other.csi.k8s.io", "fast", None)).is_empty());
     assert!(zones(&volume(DRIVER, "unknown", None)).is_empty());
 }
+
+fn named(name: &str, resource_version: Option<&str>) -> CSIStorageCapacity {
+    CSIStorageCapacity {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            resource_version: resource_version.map(Into::into),
+            ..ObjectMeta::default()
+        },
+        ..CSIStorageCapacity::default()
+    }
+}
+
+#[test]
+fn a_tombstone_buries_the_states_its_deletion_ended() {
+    // (deleted name, its resourceVersion, written name, its resourceVersion, buried)
+    let cases = [
+        ("csisc-a", Some("12"), "csisc-a", Some("11"), true),
+        ("csisc-a", Some("12"), "csisc-a", Some("12"), true),
+        // Written after the deletion: a later object of that name.
+        ("csisc-a", Some("12"), "csisc-a", Some("13"), false),
+        ("csisc-a", Some("12"), "csisc-b", Some("11"), false),
+        ("csisc-a", None, "csisc-a", Some("11"), true),
+        ("csisc-a", Some("12"), "csisc-a", Some("not-a-number"), true),
+        ("csisc-a", None, "csisc-b", None, false),
+    ];
+    for (deleted, deleted_rv, written, written_rv, buried) in cases {
+        let tombstone = Tombstone::of(&named(deleted, deleted_rv)).unwrap();
+        assert_eq!(
+            tombstone.buries(&named(written, written_rv)),
+            buried,
+            "{deleted}@{deleted_rv:?} vs {written}@{written_rv:?}"
+        );
+    }
+    assert_eq!(Tombstone::of(&CSIStorageCapacity::default()), None);
+}

@@ -1,6 +1,7 @@
 //! Fault injection for reliability tests: fail the next N requests matching a verb and
-//! resource with a chosen HTTP status, carry them out and lose their answers, add latency to every request, end every open watch (as
-//! an apiserver restart does) and compact the history (so resumed watches get 410 Expired).
+//! resource with a chosen HTTP status, carry them out and lose their answers, carry them out
+//! and hold their answers back, add latency to every request, end every open watch (as an
+//! apiserver restart does) and compact the history (so resumed watches get 410 Expired).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,11 +24,47 @@ struct LoseRule {
     remaining: usize,
 }
 
+/// Requests to carry out whose answer waits until its [`HeldAnswers`] is released.
+#[derive(Debug, Clone)]
+struct HoldRule {
+    verb: String,
+    resource: String,
+    remaining: usize,
+    released: tokio::sync::watch::Receiver<bool>,
+}
+
 #[derive(Debug, Default)]
 struct FaultState {
     rules: Vec<FailRule>,
     lost: Vec<LoseRule>,
+    held: Vec<HoldRule>,
     latency: Duration,
+}
+
+/// The answers held back by [`Faults::hold_answers`]: they go out when this is released or
+/// dropped.
+#[derive(Debug)]
+pub struct HeldAnswers {
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+impl HeldAnswers {
+    /// Lets the held answers (and those of matching requests still to come) go out.
+    pub fn release(&self) {
+        self.release.send_replace(true);
+    }
+}
+
+impl Drop for HeldAnswers {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Waits until `released` says so (or its [`HeldAnswers`] is gone).
+pub(crate) async fn wait_released(mut released: tokio::sync::watch::Receiver<bool>) {
+    // An error means the sender was dropped, which released it.
+    let _ = released.wait_for(|released| *released).await;
 }
 
 /// The fault-injection handle of an [`super::ApiServer`].
@@ -80,6 +117,23 @@ impl Faults {
         });
     }
 
+    /// Hold back the answers of the next `count` requests whose verb and resource match (as in
+    /// [`Faults::fail`]) and that succeed, until the returned handle is released or dropped
+    /// (a rejected write has no watch event to race its answer). kube-apiserver sends a write's watch events from its watch cache apart
+    /// from the writer's answer, so other clients (and the writer's own informers) can see a
+    /// write, and act on it, before the writer reads that it succeeded: a deletion of the
+    /// object it just created can reach the writer's watch before the create's answer does.
+    pub fn hold_answers(&self, verb: &str, resource: &str, count: usize) -> HeldAnswers {
+        let (release, released) = tokio::sync::watch::channel(false);
+        self.state().held.push(HoldRule {
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+            remaining: count,
+            released,
+        });
+        HeldAnswers { release }
+    }
+
     /// Delay every request by `latency` (watch streams: before they open).
     pub fn add_latency(&self, latency: Duration) {
         self.state().latency = latency;
@@ -122,6 +176,23 @@ impl Faults {
         true
     }
 
+    /// What this request's answer waits for, consuming one use of the first matching
+    /// [`Faults::hold_answers`] rule.
+    pub(crate) fn hold_answer(
+        &self,
+        verb: &str,
+        resource: &str,
+    ) -> Option<tokio::sync::watch::Receiver<bool>> {
+        let mut state = self.state();
+        let rule = state.held.iter_mut().find(|r| {
+            r.remaining > 0 && matches(&r.verb, verb) && matches(&r.resource, resource)
+        })?;
+        rule.remaining -= 1;
+        let released = rule.released.clone();
+        state.held.retain(|r| r.remaining > 0);
+        Some(released)
+    }
+
     /// The status to fail this request with, consuming one use of the first matching rule.
     pub(crate) fn check(&self, verb: &str, resource: &str) -> Option<u16> {
         let mut state = self.state();
@@ -150,5 +221,22 @@ mod tests {
         assert_eq!(faults.check("update", "leases"), None);
         faults.fail("*", "*", 429, 1);
         assert_eq!(faults.check("list", "pods/status"), Some(429));
+    }
+
+    #[tokio::test]
+    async fn a_held_answer_waits_for_its_release_or_the_handles_drop() {
+        let faults = Faults::new(Arc::new(Store::new(10)));
+        let held = faults.hold_answers("create", "pods", 1);
+        assert!(faults.hold_answer("update", "pods").is_none());
+        let released = faults.hold_answer("create", "pods").unwrap();
+        assert!(faults.hold_answer("create", "pods").is_none(), "one use");
+        assert!(!*released.borrow(), "held until released");
+        held.release();
+        wait_released(released).await;
+
+        let dropped = faults.hold_answers("*", "*", 1);
+        let released = faults.hold_answer("delete", "leases").unwrap();
+        drop(dropped);
+        wait_released(released).await;
     }
 }

@@ -50,7 +50,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-pub use faults::Faults;
+pub use faults::{Faults, HeldAnswers};
 pub use kubeconfig::Listening;
 pub use requests::{Permission, RequestCounts};
 pub use status::ApiError;

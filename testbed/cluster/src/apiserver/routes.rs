@@ -301,6 +301,12 @@ pub(crate) async fn dispatch(State(shared): State<Arc<Shared>>, request: Request
             let response = serve(&shared, &parts.method, req, body)
                 .await
                 .unwrap_or_else(IntoResponse::into_response);
+            // Only a write that was carried out has watch events to race its answer.
+            if response.status().is_success()
+                && let Some(released) = shared.faults.hold_answer(verb, &fault_resource)
+            {
+                super::faults::wait_released(released).await;
+            }
             if lose_answer {
                 cut_off(response)
             } else {
