@@ -8,7 +8,8 @@
 #
 # OUT_DIR (default target/static-bin) receives csi-provisioner, csi-attacher, csi-resizer,
 # csi-node-driver-registrar and livenessprobe. PROFILE is `release` (default, what the images
-# ship) or `dev` (a quick static build for checks).
+# ship) or `dev` (a quick static build for checks). CARGO_TARGET_DIR is honoured
+# (deploy/link-order/generate.sh builds the same binaries with their symbol table kept).
 #
 # Why glibc and not musl: the musl target is not installed on the build machines this project
 # uses; glibc links statically as long as nothing calls NSS. The sidecars reach the API server by
@@ -38,7 +39,7 @@ case $profile in
 esac
 mkdir -p "$out_dir"
 for b in "${binaries[@]}"; do
-    cp "target/$target/$profile_dir/$b" "$out_dir/$b"
+    cp "${CARGO_TARGET_DIR:-target}/$target/$profile_dir/$b" "$out_dir/$b"
     # A static binary has no PT_INTERP program header (no dynamic loader) and no NEEDED entry.
     if readelf --program-headers --wide "$out_dir/$b" | grep -q INTERP; then
         echo "$b: has a dynamic loader (PT_INTERP); not static" >&2

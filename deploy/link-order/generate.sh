@@ -7,11 +7,13 @@
 #
 #   deploy/link-order/generate.sh provisioner|attacher|resizer
 #
-# Needs valgrind. Builds in target/link-order with the release profile but the symbol table
-# kept (strip = "debuginfo"), for callgrind to read the names from. Those names differ from the
-# shipped, stripped build's only in the crates' disambiguators, which script.awk turns into
-# wildcards. Run it again after large changes; a stale file only leaves the newer functions out
-# of the gathered part.
+# Needs valgrind. Profiles the image's binary: deploy/image/build-static.sh (the same packages,
+# flags and target, so the same features and the same inlining), in target/link-order with the
+# symbol table kept (strip = "debuginfo") for callgrind to read the names from. Those names
+# differ from the shipped, stripped build's only in the crates' disambiguators, which script.awk
+# turns into wildcards; the C library's functions are named as the static build links them. Run
+# it again after large changes; a stale file only leaves the newer functions out of the gathered
+# part.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -31,14 +33,15 @@ case $package in
         exit 2 ;;
 esac
 
-# The packages selected decide the features cargo unifies, and the features decide the code and
-# so which functions LLVM keeps apart from their callers. This selection (the sidecar, bench and
-# the mock driver) unifies to the same features as deploy/image/build-static.sh's (the five
-# sidecars), so the profile names the functions of the image's binaries; `cargo build
-# --workspace` also turns on csi-common's `test-support` and differs (docs/bench.md).
+# A profile of another build names other functions: `cargo build --workspace` turns on
+# csi-common's `test-support`, which changes what LLVM inlines, and the dynamic build calls the C
+# library's functions by other names (clock_gettime through the vDSO) and runs none of its
+# start-up (docs/bench.md). bench and the mock driver run outside the profile, built apart.
 target_dir=$PWD/target/link-order
-CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release --target-dir "$target_dir" \
-    -p "$package" --bin "$binary" -p testbed-sandbox --bin bench -p testbed-mock-csi --bin mock-csi-driver
+CARGO_TARGET_DIR=$target_dir CARGO_PROFILE_RELEASE_STRIP=debuginfo \
+    deploy/image/build-static.sh "$target_dir/static-bin" release
+cargo build --release --target-dir "$target_dir" \
+    -p testbed-sandbox --bin bench -p testbed-mock-csi --bin mock-csi-driver
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -48,7 +51,7 @@ ln -s "$target_dir/release/bench" "$target_dir/release/mock-csi-driver" "$work/b
 cat > "$work/bin/$binary" <<WRAPPER
 #!/usr/bin/env bash
 exec valgrind --tool=callgrind --callgrind-out-file=$work/callgrind.%p --demangle=no \\
-    --compress-strings=no --dump-instr=no $target_dir/release/$binary "\$@" --leader-election
+    --compress-strings=no --dump-instr=no $target_dir/static-bin/$binary "\$@" --leader-election
 WRAPPER
 chmod +x "$work/bin/$binary"
 
@@ -57,10 +60,19 @@ if ! "$work/bin/bench" --bin-dir "$work/bin" --work-dir "$work/run" --settle-sec
     cat "$work/report.md" >&2 || tail -50 "$work/bench.out" >&2
     exit 1
 fi
-# The C library's functions by object, for the static build (script.awk).
+# The C library's functions by archive member (libc.a and libm's archives, which libm.a names
+# in a GNU ld script), for script.awk.
 libc_archive=$(cc -print-file-name=libc.a)
-nm -A --defined-only "$libc_archive" 2>/dev/null \
-    | awk '$2 ~ /^[TtWi]$/ { n = split($1, path, ":"); print $3, path[n - 1] }' > "$work/libc-members"
+libm=$(cc -print-file-name=libm.a)
+if [ "$(head -c 7 "$libm")" = '!<arch>' ]; then
+    libm_archives=$libm
+else
+    libm_archives=$(grep -o '/[^ )]*\.a' "$libm" || true)
+fi
+for archive in $libc_archive $libm_archives; do
+    nm -A --defined-only "$archive" 2>/dev/null | awk -v archive="${archive##*/}" \
+        '$2 ~ /^[TtWi]$/ { n = split($1, path, ":"); print $3, archive ":" path[n - 1] }'
+done > "$work/libc-members"
 awk -f deploy/link-order/hottest.awk "$work"/callgrind.* | sort -k1,1nr -k2,2 | cut -d' ' -f2- \
     | awk -v members="$work/libc-members" -f deploy/link-order/script.awk > "$package/link-order.ld"
 echo "$package/link-order.ld: $(grep -c '^    \*(' "$package/link-order.ld") functions"

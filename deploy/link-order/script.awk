@@ -4,8 +4,12 @@
 # ld both read it). With `-ffunction-sections`, which rustc uses on ELF targets, each function
 # is a section named `.text.` and its symbol.
 #
-# Only v0 names (`_R...`) are kept: the workspace's and the standard library's functions. Each is
-# made to match the same function in another build (another profile, target or feature set):
+# LLVM puts a function it deems cold (`#[cold]`, such as alloc's `finish_grow`) in a section
+# named `.text.unlikely.` and its symbol; both spellings are placed, for a cold function can run
+# all the time (72 of the functions that ran in the static csi-provisioner were such).
+#
+# v0 names (`_R...`) are the workspace's and the standard library's functions. Each is made to
+# match the same function in another build (another profile, target or feature set):
 # - a crate's disambiguator (`Cs` base-62 `_`) becomes a wildcard: it changes with the profile's
 #   settings and the target;
 # - so does every back-reference (`B` base-62 `_`): a byte offset into the name, which moves
@@ -16,11 +20,13 @@
 #   of clones) go, and a trailing wildcard matches whatever suffix the build has.
 # A wildcard can only widen a match, never miss the function it came from.
 #
-# Other names are C functions, the C library's in the profile (malloc, memcpy). The static build
-# links glibc's libc.a, whose objects are not split into a section per function, so such a
-# function is named by its object: `-v members=FILE` reads `SYMBOL OBJECT` lines (generate.sh
-# makes them from libc.a with nm) and each object that holds a function that ran is placed
-# whole. The dynamic build's libc.so matches none of these lines.
+# Other names are C functions: the C library's (malloc, memcpy, pow) and others' (compiler-builtins,
+# a Rust crate with C names and one section per function). The static build links
+# glibc's libc.a and libm's archive, whose objects are not split into a section per function, so
+# such a function is named by its object: `-v members=FILE` reads `SYMBOL ARCHIVE:OBJECT` lines
+# (generate.sh makes them with nm) and each object that holds a function that ran is placed
+# whole. A C name no archive holds is placed by its section, as a v0 name but exact. The
+# dynamic build's libc.so matches none of these lines.
 BEGIN {
     if (members != "") while ((getline line < members) > 0) {
         split(line, field, " ")
@@ -28,10 +34,17 @@ BEGIN {
     }
 }
 
+# A legacy Rust name (none in a v0 build) ends in a hash of the build: dropped.
+/^_ZN/ { next }
+
 !/^_R/ {
     name = $0
     sub(/'[0-9]+$/, "", name)
-    if (name in object) add("*libc.a:" object[name] "(.text .text.*)")
+    # callgrind names code without a symbol by its address (`0x...`) and the start-up frames
+    # `(below main)`: nothing a section is named after.
+    if (name !~ /^[A-Za-z_][A-Za-z0-9_.]*$/) next
+    if (name in object) add("*" object[name] "(.text .text.*)")
+    else add("*(.text." name " .text.unlikely." name ")")
     next
 }
 
@@ -43,7 +56,7 @@ BEGIN {
     gsub(/Cs[0-9A-Za-z]+_/, "Cs*_", name)
     gsub(/B[0-9A-Za-z]*_/, "B*_", name)
     name = without_instantiating_crate(name)
-    add("*(.text." name "*)")
+    add("*(.text." name "* .text.unlikely." name "*)")
 }
 
 function add(entry) {

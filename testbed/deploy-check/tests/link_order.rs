@@ -38,12 +38,19 @@ fn awk(args: &[&str], program: &str, input: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The function lines of a script: the patterns between `.text.hot : {` and its `}`.
+/// The function lines of a script (between `.text.hot : {` and its `}`), each as the name
+/// pattern it places, after checking that it places both spellings of the function's section:
+/// `.text.NAME` and, for a function LLVM deems cold, `.text.unlikely.NAME`.
 fn patterns(script: &str) -> Vec<&str> {
     script
         .lines()
         .filter_map(|l| l.trim().strip_prefix("*(.text."))
         .filter_map(|l| l.strip_suffix(')'))
+        .map(|l| {
+            let (name, unlikely) = l.split_once(' ').expect("two section names");
+            assert_eq!(unlikely.strip_prefix(".text.unlikely."), Some(name), "{l}");
+            name
+        })
         .collect()
 }
 
@@ -104,6 +111,8 @@ _RNvCsaJUBzDh3Q0B_6memchr6detect
         [
             // The disambiguator: another build of the same crate folds into it (last line).
             "_RNvCs*_6memchr6detect*",
+            // A C name no archive member list holds: its own section (compiler-builtins).
+            "_int_free",
             // Back-references and the instantiating crate (a crate root that ends the name).
             "_RNvXs3_NtNtCs*_4core4hash3sipINtB*_6HasherNtB*_11Sip13RoundsENtB*_6Hasher5write*",
             // callgrind's recursion mark; `4core3fmt5write` is the path, not a crate suffix.
@@ -113,25 +122,28 @@ _RNvCsaJUBzDh3Q0B_6memchr6detect
             // LTO's suffix, and an instantiating crate given as a back-reference.
             "_RINvNtCs*_4core3ptr13drop_in_placeNtNtCs*_10serde_json5value5ValueE*",
         ],
-        "legacy names, and C names without a member list, dropped"
+        "legacy names dropped"
     );
     assert!(script.trim_end().ends_with("INSERT BEFORE .text;"));
 }
 
 #[test]
-fn script_places_the_c_librarys_objects_that_ran_whole() {
+fn script_places_the_c_librarys_objects_that_ran_whole_and_other_c_functions_by_section() {
     let dir = tempfile::tempdir().unwrap();
     let members = dir.path().join("libc-members");
-    // `SYMBOL OBJECT` as generate.sh writes them from libc.a (`nm -A`).
+    // `SYMBOL ARCHIVE:OBJECT` as generate.sh writes them from libc.a and libm's archive.
     std::fs::write(
         &members,
-        "_int_free malloc.o\nmalloc malloc.o\n__memcpy_avx_unaligned_erms memmove-avx-unaligned-erms.o\n",
+        "_int_free libc.a:malloc.o\nmalloc libc.a:malloc.o\n\
+         __memcpy_avx_unaligned_erms libc.a:memmove-avx-unaligned-erms.o\n\
+         __ieee754_pow_fma libm-2.36.a:e_pow-fma.o\n",
     )
     .unwrap();
     let script = awk(
         &["-v", &format!("members={}", members.display())],
         "script.awk",
-        "_int_free\n_RNvCsX_1a1b\nmalloc'2\n__memcpy_avx_unaligned_erms\nnot_in_libc\n",
+        "_int_free\n_RNvCsX_1a1b\nmalloc'2\n0x00000000004edd20\n(below main)\n\
+         __memcpy_avx_unaligned_erms\n__ieee754_pow_fma\n__floattidf\n",
     );
     let entries: Vec<&str> = script
         .lines()
@@ -142,10 +154,13 @@ fn script_places_the_c_librarys_objects_that_ran_whole() {
         entries,
         [
             "*libc.a:malloc.o(.text .text.*)",
-            "*(.text._RNvCs*_1a1b*)",
+            "*(.text._RNvCs*_1a1b* .text.unlikely._RNvCs*_1a1b*)",
             "*libc.a:memmove-avx-unaligned-erms.o(.text .text.*)",
+            "*libm-2.36.a:e_pow-fma.o(.text .text.*)",
+            "*(.text.__floattidf .text.unlikely.__floattidf)",
         ],
-        "an object once, where its first function ranks; names libc.a lacks dropped"
+        "an object once, where its first function ranks; a C name no archive holds by its \
+         section; callgrind's names for code without a symbol dropped"
     );
 }
 
@@ -200,14 +215,19 @@ fn the_linker_puts_the_named_function_in_text_hot() {
         &source,
         "#[inline(never)] pub fn cold_one(x: u64) -> u64 { x.wrapping_mul(3) ^ 7 }\n\
          #[inline(never)] pub fn hot_one(x: u64) -> u64 { x.wrapping_mul(5) ^ 11 }\n\
+         #[cold] #[inline(never)] pub fn rare_one(x: u64) -> u64 { x.wrapping_mul(7) ^ 13 }\n\
          fn main() {\n\
              let x = std::hint::black_box(2);\n\
-             println!(\"{}\", cold_one(x) + hot_one(x));\n\
+             println!(\"{}\", cold_one(x) + hot_one(x) + rare_one(x));\n\
          }\n",
     )
     .unwrap();
     // The name as another build spells it: another crate disambiguator.
-    let script = awk(&[], "script.awk", "_RNvCsXyZ123abc_9linkprobe7hot_one\n");
+    let script = awk(
+        &[],
+        "script.awk",
+        "_RNvCsXyZ123abc_9linkprobe7hot_one\n_RNvCsXyZ123abc_9linkprobe8rare_one\n",
+    );
     let script_path = dir.path().join("link-order.ld");
     std::fs::write(&script_path, script).unwrap();
     let map = dir.path().join("link.map");
@@ -236,4 +256,12 @@ fn the_linker_puts_the_named_function_in_text_hot() {
         "hot_one is in .text.hot"
     );
     assert!(cold_fn > text_section, "cold_one stays in .text");
+    // A #[cold] function's section is `.text.unlikely.` and its name (LLVM's section prefix).
+    let rare_fn =
+        line_of(&|l| l.contains(".text.unlikely._RNvCs") && l.contains("9linkprobe8rare_one)"))
+            .expect("rare_one's section, named .text.unlikely.");
+    assert!(
+        hot_section < rare_fn && rare_fn < text_section,
+        "rare_one is in .text.hot"
+    );
 }
