@@ -60,8 +60,8 @@ if ! "$work/bin/bench" --bin-dir "$work/bin" --work-dir "$work/run" --settle-sec
     cat "$work/report.md" >&2 || tail -50 "$work/bench.out" >&2
     exit 1
 fi
-# The C library's functions by archive member (libc.a and libm's archives, which libm.a names
-# in a GNU ld script), for script.awk.
+# The C functions by archive member, for script.awk: libc.a, libm's archives (libm.a names them
+# in a GNU ld script) and libgcc.a (`__floattidf`, which converting a u128 to f64 calls).
 libc_archive=$(cc -print-file-name=libc.a)
 libm=$(cc -print-file-name=libm.a)
 if [ "$(head -c 7 "$libm")" = '!<arch>' ]; then
@@ -69,7 +69,7 @@ if [ "$(head -c 7 "$libm")" = '!<arch>' ]; then
 else
     libm_archives=$(grep -o '/[^ )]*\.a' "$libm" || true)
 fi
-for archive in $libc_archive $libm_archives; do
+for archive in $libc_archive $libm_archives "$(cc -print-libgcc-file-name)"; do
     nm -A --defined-only "$archive" 2>/dev/null | awk -v archive="${archive##*/}" \
         '$2 ~ /^[TtWi]$/ { n = split($1, path, ":"); print $3, archive ":" path[n - 1] }'
 done > "$work/libc-members"

@@ -20,13 +20,13 @@
 #   of clones) go, and a trailing wildcard matches whatever suffix the build has.
 # A wildcard can only widen a match, never miss the function it came from.
 #
-# Other names are C functions: the C library's (malloc, memcpy, pow) and others' (compiler-builtins,
-# a Rust crate with C names and one section per function). The static build links
-# glibc's libc.a and libm's archive, whose objects are not split into a section per function, so
-# such a function is named by its object: `-v members=FILE` reads `SYMBOL ARCHIVE:OBJECT` lines
-# (generate.sh makes them with nm) and each object that holds a function that ran is placed
-# whole. A C name no archive holds is placed by its section, as a v0 name but exact. The
-# dynamic build's libc.so matches none of these lines.
+# Other names are C functions: the C library's (malloc, memcpy, pow), libgcc's (`__floattidf`)
+# and others' (compiler-builtins, a Rust crate with C names and one section per function). The
+# static build links glibc's libc.a, libm's archive and libgcc.a, whose objects are not split
+# into a section per function, so such a function is named by its object: `-v members=FILE`
+# reads `SYMBOL ARCHIVE:OBJECT` lines (generate.sh makes them with nm) and each object that holds
+# a function that ran is placed whole. A C name no archive holds is placed by its section, as a
+# v0 name but exact. The dynamic build's libc.so matches none of these lines.
 BEGIN {
     if (members != "") while ((getline line < members) > 0) {
         split(line, field, " ")
