@@ -282,11 +282,7 @@ async fn a_publish_secret_gone_before_detach_is_a_detach_error_until_it_is_back(
         .await
         .unwrap();
 
-    cluster
-        .attachments()
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+    cluster.request_delete(&name).await;
     let error = eventually("status.detachError", TIMEOUT, async || {
         cluster
             .attachments()

@@ -79,6 +79,33 @@ async fn a_pv_volume_is_attached_and_detached_with_finalizers_annotations_and_ev
     .await;
 }
 
+/// kube-apiserver sends a write's watch events apart from its answer: the attacher's informer
+/// can see its VolumeAttachment marked attached, and then deleted, before the answer to that
+/// status write arrives (the in-memory API server holds the answer back). The late answer must
+/// neither keep the VA attached nor publish it again: one publish, one unpublish, VA gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_va_deleted_before_its_attached_status_returns_is_detached_once() {
+    let cluster = Cluster::start(MockDriverConfig::default()).await;
+    let held = cluster
+        .server
+        .faults()
+        .hold_answers("patch", "volumeattachments/status", 1);
+    let _attacher = cluster.attacher();
+    let name = cluster.request_attach("pv-1").await;
+    // The status write is stored, its answer still held back.
+    attach_detach::wait_attached(&cluster.client, &name, TIMEOUT)
+        .await
+        .unwrap();
+    cluster.request_delete(&name).await;
+    held.release();
+    attach_detach::wait_detached(&cluster.client, &name, TIMEOUT)
+        .await
+        .unwrap();
+    assert!(!cluster.published());
+    assert_eq!(cluster.publish_requests().len(), 1, "published once");
+    assert_eq!(cluster.unpublish_requests().len(), 1, "unpublished once");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_driver_leaves_an_attach_error_and_a_warning_until_it_recovers() {
     let cluster = Cluster::start(MockDriverConfig::default()).await;

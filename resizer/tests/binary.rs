@@ -63,6 +63,32 @@ async fn online_expansion_without_node_expansion_completes_the_claim() {
     assert!(cluster.events("FileSystemResizeRequired").await.is_empty());
 }
 
+/// kube-apiserver sends a write's watch events apart from its answer: while the answer to the
+/// PV's new size is held back (the in-memory API server holds it), the resizer's informers see
+/// that PV and then the claim asking for more. Each size is expanded once and the claim reaches
+/// the second.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_grown_again_before_its_pv_write_returns_expands_each_size_once() {
+    let cluster = Cluster::start(no_node_expansion()).await;
+    let held = cluster
+        .server
+        .faults()
+        .hold_answers("patch", "persistentvolumes", 1);
+    let _resizer = cluster.resizer(&[]);
+    cluster.request("2Gi").await;
+    // The PV's new size is stored, its answer still held back.
+    eventually("the PV at 2Gi", TIMEOUT, async || {
+        (pv_capacity(&cluster.volume().await) == "2Gi").then_some(())
+    })
+    .await;
+    cluster.request("3Gi").await;
+    held.release();
+    let claim = cluster.capacity_reaches("3Gi").await;
+    assert_eq!(allocated(&claim).as_deref(), Some("3Gi"));
+    assert_eq!(pv_capacity(&cluster.volume().await), "3Gi");
+    assert_eq!(cluster.expand_requests(), [2 * GI, 3 * GI]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn node_expansion_stays_pending_for_kubelet_and_the_pre_resize_annotation_goes_after() {
     let cluster = Cluster::start(MockDriverConfig::default()).await;

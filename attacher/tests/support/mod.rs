@@ -207,12 +207,18 @@ impl Cluster {
             .unwrap()
     }
 
-    /// Deletes the VolumeAttachment `name` and waits until it is gone.
-    pub(crate) async fn delete_va(&self, name: &str) {
+    /// Deletes the VolumeAttachment `name` without waiting (our finalizer keeps it until the
+    /// attacher detaches).
+    pub(crate) async fn request_delete(&self, name: &str) {
         self.attachments()
             .delete(name, &DeleteParams::default())
             .await
             .unwrap();
+    }
+
+    /// Deletes the VolumeAttachment `name` and waits until it is gone.
+    pub(crate) async fn delete_va(&self, name: &str) {
+        self.request_delete(name).await;
         attach_detach::wait_detached(&self.client, name, TIMEOUT)
             .await
             .unwrap();

@@ -97,12 +97,21 @@ pub(super) async fn sync<D: ExpandDriver>(ctx: &Context<D>, key: &str) -> Outcom
         };
     }
 
+    if let Some(expanded) = ctx.state.expanded(key, target) {
+        // Our last sync expanded the volume to this size but could not record it (state.rs).
+        tracing::debug!(
+            pvc = key,
+            target,
+            "the volume is expanded already: recording it"
+        );
+        return succeeded(ctx, key, &pv, &current, target, expanded).await;
+    }
     if let Some(outcome) = in_use_gate(ctx, key, &current).await {
         return outcome;
     }
     resizing_event(ctx, &current, pv_name);
     match resize(ctx, &pv, target).await {
-        Ok(expanded) => succeeded(ctx, key, &pv, &current, expanded).await,
+        Ok(expanded) => succeeded(ctx, key, &pv, &current, target, expanded).await,
         Err(err) => failed(ctx, key, pv_name, &current, &err).await,
     }
 }
@@ -250,8 +259,10 @@ pub(super) async fn succeeded<D: ExpandDriver>(
     key: &str,
     pv: &PersistentVolume,
     current: &PersistentVolumeClaim,
+    target: i64,
     expanded: Expanded,
 ) -> Outcome {
+    ctx.state.remember_expanded(key, target, expanded);
     ctx.state.record(key, None);
     ctx.state.slow_remove(key);
     let pre_resize = (expanded.node_expansion_required && ctx.settings.annotate_fs_resize)
@@ -315,6 +326,7 @@ pub(super) async fn succeeded<D: ExpandDriver>(
     };
     match write_status(ctx, current, &next, true).await {
         Ok(written) => {
+            ctx.state.forget_expanded(key);
             event(ctx, &written, EventType::Normal, reason, message.to_owned());
             Outcome::Done
         }

@@ -35,13 +35,17 @@ pub(super) async fn sync<D: ExpandDriver>(
         Ok(written) => written,
         Err(outcome) => return outcome,
     };
+    if let Some(expanded) = ctx.state.expanded(key, target) {
+        // As in the recovery flow (state.rs): expanded already, only not recorded.
+        return succeeded(ctx, key, pv, &current, target, expanded).await;
+    }
     if let Some(outcome) = in_use_gate(ctx, key, &current).await {
         return outcome;
     }
     let pv_name = name(pv);
     resizing_event(ctx, &current, pv_name);
     match resize(ctx, pv, target).await {
-        Ok(expanded) => succeeded(ctx, key, pv, &current, expanded).await,
+        Ok(expanded) => succeeded(ctx, key, pv, &current, target, expanded).await,
         Err(err) => {
             if err.is_in_use() {
                 ctx.state.set_in_use(key, true);

@@ -12,6 +12,15 @@
 //! the same race left records behind in csi-attacher and csi-provisioner, where a heap profile
 //! of `chaos --churn` found it. Now the answer only replaces an announcement that is still
 //! there.
+//!
+//! The driver's answer to a ControllerExpandVolume is kept until the claim's status records
+//! it ([`State::expanded`]): a sync whose status write failed (a conflict with a user who
+//! raised the request again meanwhile, a lost connection) finishes from that answer instead of
+//! asking the driver again for a size it already gave. Upstream calls the driver again (the
+//! call is idempotent); the chaos suite counts such a call as a duplicated expansion, and the
+//! in-memory API server's held answers produced one every time
+//! (`a_claim_grown_again_before_its_pv_write_returns_expands_each_size_once`). A restarted
+//! process has no answers and calls again, as upstream.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,6 +28,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use tokio::time::Instant;
+
+use crate::csi::Expanded;
 
 /// Per-claim memory, keyed `namespace/name`.
 #[derive(Debug)]
@@ -39,6 +50,9 @@ struct Inner {
     /// Claims whose last status write may be stored though its answer was lost (the
     /// connection broke on the way): the next sync reads the claim from the API server first.
     uncertain: HashSet<String>,
+    /// The driver's last answer per claim, with the size asked for, until the claim's status
+    /// records it.
+    expanded: HashMap<String, (i64, Expanded)>,
     /// Tells apart the announcements of two writes of one claim (the resize and the modify
     /// controller may both write it).
     writes: u64,
@@ -249,9 +263,31 @@ impl State {
         result
     }
 
+    /// The driver's answer to this process's ControllerExpandVolume of the claim `key` to
+    /// `target` bytes, if the claim's status does not record it yet.
+    pub(crate) fn expanded(&self, key: &str, target: i64) -> Option<Expanded> {
+        match self.lock().expanded.get(key) {
+            Some((asked, answer)) if *asked == target => Some(*answer),
+            _ => None,
+        }
+    }
+
+    /// Keeps the driver's `answer` for `target` (replacing one for another size).
+    pub(crate) fn remember_expanded(&self, key: &str, target: i64, answer: Expanded) {
+        self.lock()
+            .expanded
+            .insert(key.to_owned(), (target, answer));
+    }
+
+    /// The claim's status records the expansion.
+    pub(crate) fn forget_expanded(&self, key: &str) {
+        self.lock().expanded.remove(key);
+    }
+
     /// Forgets a deleted claim (and its PV).
     pub(crate) fn forget(&self, key: &str, pv: Option<&str>) {
         let mut inner = self.lock();
+        inner.expanded.remove(key);
         inner.final_errors.remove(key);
         inner.slow.remove(key);
         inner.claims.remove(key);
@@ -266,6 +302,25 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_expansion_is_kept_for_its_size_until_recorded_or_the_claim_goes() {
+        let state = State::new(Duration::from_mins(5));
+        let answer = Expanded {
+            capacity: 2 << 30,
+            node_expansion_required: true,
+        };
+        assert_eq!(state.expanded("ns/a", 2 << 30), None);
+        state.remember_expanded("ns/a", 2 << 30, answer);
+        assert_eq!(state.expanded("ns/a", 2 << 30), Some(answer));
+        assert_eq!(state.expanded("ns/a", 3 << 30), None, "another size");
+        assert_eq!(state.expanded("ns/b", 2 << 30), None, "another claim");
+        state.forget_expanded("ns/a");
+        assert_eq!(state.expanded("ns/a", 2 << 30), None, "recorded");
+        state.remember_expanded("ns/a", 2 << 30, answer);
+        state.forget("ns/a", None);
+        assert_eq!(state.expanded("ns/a", 2 << 30), None, "claim gone");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn slow_set_holds_a_claim_for_the_window_then_lets_one_attempt_through() {
