@@ -17,7 +17,7 @@ use k8s_openapi::api::storage::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use proto::csi::v1::volume_capability::AccessType;
 use proto::csi::v1::volume_capability::access_mode::Mode;
 use proto::csi::v1::{CreateVolumeRequest, DeleteVolumeRequest};
@@ -572,6 +572,43 @@ async fn a_claim_deleted_while_create_volume_is_in_flight_leaks_no_volume() {
         0,
         "no PV written for the deleted claim"
     );
+}
+
+/// kube-apiserver sends a write's watch events apart from its answer: the claim can be deleted,
+/// and its PV released and deleted with the volume, while the answer to the PV's create is
+/// still on its way (held back by the in-memory API server here). The late answer must bring
+/// back neither the PV nor the volume.
+#[tokio::test]
+async fn a_pv_save_answered_after_the_pv_is_gone_creates_nothing_again() {
+    let cluster = Cluster::start().await;
+    let held = cluster
+        .server
+        .faults()
+        .hold_answers("create", "persistentvolumes", 1);
+    cluster.create_class(class("fast", "Immediate")).await;
+    let provisioner = cluster.provisioner("csi-provisioner-0", &[]);
+    cluster.create_claim("doomed", "fast", "1Mi").await;
+    // The PV is stored, its answer held back; the PV deletion does not wait for it.
+    let volume = eventually("the PV stored", SHORT, async || {
+        let volumes = cluster.volumes().list(&ListParams::default()).await.ok()?;
+        volumes.items.into_iter().next()
+    })
+    .await;
+    cluster.delete_claim("doomed").await;
+    cluster
+        .volume_gone(volume.metadata.name.as_deref().unwrap(), SHORT)
+        .await;
+    eventually("the volume deleted", SHORT, async || {
+        cluster.driver.volumes().is_empty().then_some(())
+    })
+    .await;
+    held.release();
+    // Positive signal: the claim worker has had the answer and nothing is queued.
+    provisioner.queue_idle("claims").await;
+    assert_eq!(cluster.driver.call_count(Method::CreateVolume), 1);
+    assert_eq!(cluster.driver.call_count(Method::DeleteVolume), 1);
+    assert!(cluster.driver.volumes().is_empty());
+    assert_eq!(cluster.volume_count().await, 0);
 }
 
 #[tokio::test]
