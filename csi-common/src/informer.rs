@@ -256,6 +256,14 @@ pub fn trim_managed_fields(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
 }
 
+/// An object's resourceVersion as a number, to tell which of two copies (a cached one, a
+/// write's answer, a deletion's last state) is newer. Kubernetes calls them opaque, but
+/// kube-apiserver's are etcd revisions, increasing integers (and the in-memory API server's
+/// too); `None` when absent or not a number, and the caller decides what that means.
+pub fn resource_version(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
 /// A watch failure in client-go's words ("failed to list: …", "failed to watch: …").
 fn watch_error_text(err: &watcher::Error) -> String {
     match err {

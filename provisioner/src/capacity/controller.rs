@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use csi_common::controller::{Outcome, Workers};
-use csi_common::informer::Store;
+use csi_common::informer::{Store, resource_version};
 use csi_common::kube_client::error_text;
 use csi_common::workqueue::WorkQueue;
 use csi_common::workqueue::metrics::WorkQueueMetrics;
@@ -347,7 +347,8 @@ fn current<D>(ctx: &Ctx<D>, key: &CapacityKey) -> Option<(Capacity, Option<CSISt
 
 /// Whether `a` is a later version of the same object than `b`.
 fn newer(a: &CSIStorageCapacity, b: &CSIStorageCapacity) -> bool {
-    a.metadata.name == b.metadata.name && decide::resource_version(a) > decide::resource_version(b)
+    a.metadata.name == b.metadata.name
+        && resource_version(&a.metadata) > resource_version(&b.metadata)
 }
 
 /// GetCapacity for `key`, checked and recorded with the key's next due time. `Err` is the

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use csi_common::informer::resource_version;
 use csi_common::quantity::{format_binary_si, parse_bytes};
 use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, PersistentVolume};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
@@ -461,12 +462,6 @@ fn term_matches(term: &NodeSelectorTerm, segment: &Segment) -> bool {
         })
 }
 
-/// A resourceVersion as kube-apiserver makes them (an etcd revision, an increasing integer);
-/// `None` when absent or not a number.
-pub(crate) fn resource_version(object: &CSIStorageCapacity) -> Option<u64> {
-    object.metadata.resource_version.as_deref()?.parse().ok()
-}
-
 /// A CSIStorageCapacity the informer saw deleted: its name and the resourceVersion of the
 /// deletion (kube-apiserver stamps the last state in a DELETED event with it).
 ///
@@ -485,7 +480,7 @@ impl Tombstone {
     pub(crate) fn of(deleted: &CSIStorageCapacity) -> Option<Self> {
         Some(Self {
             name: deleted.metadata.name.clone()?,
-            resource_version: resource_version(deleted),
+            resource_version: resource_version(&deleted.metadata),
         })
     }
 
@@ -495,7 +490,7 @@ impl Tombstone {
     /// generated name is not given out again while its object exists.
     pub(crate) fn buries(&self, written: &CSIStorageCapacity) -> bool {
         written.metadata.name.as_deref() == Some(self.name.as_str())
-            && match (self.resource_version, resource_version(written)) {
+            && match (self.resource_version, resource_version(&written.metadata)) {
                 (Some(deleted), Some(written)) => written <= deleted,
                 _ => true,
             }

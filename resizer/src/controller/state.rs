@@ -67,11 +67,10 @@ enum Written {
     Claim(Arc<PersistentVolumeClaim>),
 }
 
-/// A resourceVersion as a number, to tell which of two copies is newer. Kubernetes calls them
-/// opaque, but etcd's (and the in-memory API server's) are increasing integers; when either
-/// does not parse, the cache wins.
+/// A resourceVersion as a number (csi-common `resource_version`); when either does not parse,
+/// the cache wins.
 fn version(pvc: &PersistentVolumeClaim) -> Option<u64> {
-    pvc.metadata.resource_version.as_deref()?.parse().ok()
+    csi_common::informer::resource_version(&pvc.metadata)
 }
 
 impl State {
