@@ -108,6 +108,15 @@ async fn recreated(cluster: &Cluster, deleted: &CSIStorageCapacity) -> CSIStorag
     .await
 }
 
+/// A cluster whose driver answers GetCapacity, with the late-binding class "fast".
+async fn with_late_binding_class() -> Cluster {
+    let cluster = Cluster::with_driver(capacity_driver()).await;
+    cluster
+        .create_class(kind_class("fast", "WaitForFirstConsumer"))
+        .await;
+    cluster
+}
+
 /// The pod the provisioner runs in (the owner at `--capacity-ownerref-level=0`).
 async fn create_pod(cluster: &Cluster, owner: Option<serde_json::Value>) -> Pod {
     let mut pod = json!({
@@ -233,10 +242,7 @@ async fn objects_appear_for_late_binding_classes_and_follow_provisioning_and_del
 
 #[tokio::test]
 async fn objects_follow_node_labels_go_with_their_class_and_come_back_after_deletion() {
-    let cluster = Cluster::with_driver(capacity_driver()).await;
-    cluster
-        .create_class(kind_class("fast", "WaitForFirstConsumer"))
-        .await;
+    let cluster = with_late_binding_class().await;
     let provisioner = start(&cluster, &["--capacity-ownerref-level=-1"]);
     let first = one_object(&cluster, "fast", DEFAULT_NODE_ID, "10Gi").await;
     assert_eq!(first.metadata.owner_references, None, "level -1: no owner");
@@ -278,10 +284,7 @@ async fn objects_follow_node_labels_go_with_their_class_and_come_back_after_dele
 /// for the current object).
 #[tokio::test]
 async fn an_object_deleted_before_its_create_returns_is_created_again() {
-    let cluster = Cluster::with_driver(capacity_driver()).await;
-    cluster
-        .create_class(kind_class("fast", "WaitForFirstConsumer"))
-        .await;
+    let cluster = with_late_binding_class().await;
     let held = cluster
         .server
         .faults()
@@ -435,10 +438,7 @@ async fn bad_capacity_flags_and_missing_environment_exit_2_before_connecting() {
 
 #[tokio::test]
 async fn a_refresh_whose_get_capacity_fails_is_retried() {
-    let cluster = Cluster::with_driver(capacity_driver()).await;
-    cluster
-        .create_class(kind_class("fast", "WaitForFirstConsumer"))
-        .await;
+    let cluster = with_late_binding_class().await;
     let _provisioner = start(&cluster, &["--capacity-ownerref-level=-1"]);
     one_object(&cluster, "fast", DEFAULT_NODE_ID, "10Gi").await;
     // The refresh after the next provisioning fails once; the poll is 1h away, so only the

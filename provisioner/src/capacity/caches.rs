@@ -94,7 +94,7 @@ impl Handlers {
                 if gone.is_some()
                     && let Some(k) = state.keys.get_mut(&key)
                 {
-                    k.deleted(object);
+                    k.saw_deleted(object);
                 }
                 self.capacities.add(key);
             }

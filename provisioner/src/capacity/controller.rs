@@ -88,7 +88,7 @@ pub(super) struct KeyState {
 impl KeyState {
     /// The informer saw `object`, one of this key's objects, deleted (by a user, or by the
     /// obsolete sweep): the next sync creates the object again rather than update it.
-    pub(super) fn deleted(&mut self, object: &CSIStorageCapacity) {
+    pub(super) fn saw_deleted(&mut self, object: &CSIStorageCapacity) {
         self.deleted = Tombstone::of(object);
         if let (Some(deleted), Some(written)) = (&self.deleted, &self.written)
             && deleted.buries(written)
