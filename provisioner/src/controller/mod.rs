@@ -210,63 +210,93 @@ pub(crate) struct Context<D> {
     pub(crate) in_progress: Arc<InProgress>,
     pub(crate) infeasible: Infeasible,
     pub(crate) unsaved: Unsaved,
-    /// UIDs of PVs whose storage we deleted and whose object is on its way out: the cache may
-    /// still show them with our finalizer for a moment, which must not cause a second
-    /// DeleteVolume.
+    /// UIDs of PVs whose storage we deleted: the cache may still show them with our finalizer
+    /// for a moment, which must not cause a second DeleteVolume.
     pub(crate) deleted: Arc<DeletedVolumes>,
     /// `--node-deployment`: this node's claims and volumes only.
     pub(crate) node: Option<NodeDeployment>,
 }
 
-/// UIDs of PVs deleted by us and not yet gone from the cache.
+/// UIDs of PVs whose volume the driver deleted, until their object is gone from the cache.
 ///
-/// A UID is noted *before* the write that lets the API server delete the object (the PATCH
-/// removing our finalizer, [`DeletedVolumes::write`]) and dropped again if it fails. The
-/// object's Deleted event, whose handler drops the note, can reach the informer before that
-/// PATCH's answer reaches the sync; a note made after the answer then stayed for the life of the
-/// process. A heap profile of a 15-minute `chaos --churn` (heaptrack, 24,880 lifecycles) found
-/// this set grown to 8,192 slots, so more than 3,584 UIDs, left that way. Noting early is harmless: only
-/// syncs of the same PV read it, and the work queue never runs two of those at once.
+/// A UID is noted as [`Deletion::Storage`] once DeleteVolume succeeded: if deleting the PV
+/// object then fails (an error, a conflict, an answer lost with the connection), the retry
+/// goes on from the API writes instead of asking the driver again. Upstream calls DeleteVolume
+/// again, which CSI makes idempotent; a driver that re-used the volume id meanwhile would lose
+/// a volume, and the chaos suite counts the repeat as duplicated (docs/compatibility.md).
+///
+/// It becomes [`Deletion::Object`] *before* the write that lets the API server delete the
+/// object (the PATCH removing our finalizer, [`DeletedVolumes::write`]) and goes back to
+/// `Storage` if that fails. The object's Deleted event, whose handler drops the UID, can reach
+/// the informer before that PATCH's answer reaches the sync; a note made after the answer then
+/// stayed for the life of the process. A heap profile of a 15-minute `chaos --churn`
+/// (heaptrack, 24,880 lifecycles) found this set grown to 8,192 slots, so more than 3,584
+/// UIDs, left that way. Noting early is harmless: only syncs of the same PV read it, and the
+/// work queue never runs two of those at once.
 #[derive(Debug, Default)]
-pub(crate) struct DeletedVolumes(std::sync::Mutex<std::collections::HashSet<String>>);
+pub(crate) struct DeletedVolumes(std::sync::Mutex<std::collections::HashMap<String, Deletion>>);
+
+/// How far the deletion of a PV whose volume the driver deleted has got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deletion {
+    /// DeleteVolume succeeded; the PV object is still to be deleted.
+    Storage,
+    /// The write that lets the API server remove the object was sent: events that still show
+    /// the PV need no sync.
+    Object,
+}
 
 impl DeletedVolumes {
-    fn set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Deletion>> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Runs `write`, which lets the API server delete the PV `uid`, with the UID noted
-    /// already; the note goes again if the write fails.
+    /// Notes that the driver deleted the volume of PV `uid`.
+    pub(crate) fn storage_deleted(&self, uid: Option<&str>) {
+        if let Some(uid) = uid {
+            self.map().insert(uid.to_owned(), Deletion::Storage);
+        }
+    }
+
+    /// How far the deletion of PV `uid` has got; `None`: its volume was not deleted by us.
+    pub(crate) fn stage(&self, uid: &str) -> Option<Deletion> {
+        self.map().get(uid).copied()
+    }
+
+    /// Runs `write`, which lets the API server delete the PV `uid`, with the UID noted as
+    /// [`Deletion::Object`] already; back to [`Deletion::Storage`] if the write fails.
     pub(crate) async fn write<T, E>(
         &self,
         uid: Option<&str>,
         write: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
         if let Some(uid) = uid {
-            self.set().insert(uid.to_owned());
+            self.map().insert(uid.to_owned(), Deletion::Object);
         }
         let result = write.await;
         if result.is_err()
             && let Some(uid) = uid
+            && let Some(stage) = self.map().get_mut(uid)
         {
-            self.remove(uid);
+            *stage = Deletion::Storage;
         }
         result
     }
 
+    /// Whether events of PV `uid` need no sync: it is on its way out.
     pub(crate) fn contains(&self, uid: &str) -> bool {
-        self.set().contains(uid)
+        self.stage(uid) == Some(Deletion::Object)
     }
 
     fn remove(&self, uid: &str) {
-        self.set().remove(uid);
+        self.map().remove(uid);
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.set().len()
+        self.map().len()
     }
 }
 

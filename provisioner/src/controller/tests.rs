@@ -709,7 +709,15 @@ fn released_pv(name: &str, reclaim: &str, finalizers: &[&str]) -> PersistentVolu
 
 #[tokio::test]
 async fn a_released_delete_volume_is_deleted_with_its_pv() {
+    a_released_pv_is_deleted_with_one_delete_volume(|_| {}).await;
+}
+
+/// A Released PV of reclaim policy Delete, with the API server's `fault`s, is deleted after
+/// exactly one DeleteVolume for its volume. Where DeleteVolume succeeds and then the PV's
+/// DELETE fails, the retry deletes the PV without asking the driver again (upstream asks again).
+async fn a_released_pv_is_deleted_with_one_delete_volume(fault: impl FnOnce(&ApiServer)) {
     let h = Harness::start(false).await;
+    fault(&h.server);
     h.server
         .put_object(&released_pv(
             "pvc-1",
@@ -727,9 +735,29 @@ async fn a_released_delete_volume_is_deleted_with_its_pv() {
     })
     .await;
     let deletes = h.driver.deletes();
-    assert_eq!(deletes.len(), 1);
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
     assert_eq!(deletes[0].volume_id, "vol-pvc-1");
     h.stop().await;
+}
+
+#[tokio::test]
+async fn a_pv_delete_refused_after_delete_volume_is_retried_without_the_driver() {
+    a_released_pv_is_deleted_with_one_delete_volume(|server| {
+        server.faults().fail("delete", "persistentvolumes", 500, 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pv_delete_whose_answer_was_lost_is_retried_without_the_driver() {
+    // The DELETE is stored (the PV gets its deletionTimestamp and keeps our finalizer), the
+    // answer is cut off: the next sync sees a Released PV with our finalizer.
+    a_released_pv_is_deleted_with_one_delete_volume(|server| {
+        server
+            .faults()
+            .lose_answers("delete", "persistentvolumes", 1);
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -943,6 +971,11 @@ async fn a_failed_finalizer_patch_drops_the_note_and_a_good_one_keeps_it() {
     assert!(
         !deleted.contains("uid-1"),
         "the next sync must not be skipped"
+    );
+    assert_eq!(
+        deleted.stage("uid-1"),
+        Some(Deletion::Storage),
+        "but it must not call DeleteVolume again"
     );
     deleted
         .write(Some("uid-1"), async { Ok::<_, ()>(()) })

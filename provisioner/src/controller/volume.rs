@@ -7,6 +7,11 @@
 //! A PV that any VolumeAttachment still points at is not deleted yet (`VolumeFailedDelete`
 //! "persistentvolume X is still attached to node Y"); the deletion is retried when the
 //! attachment goes away or after the backoff.
+//!
+//! Unlike upstream, a retry after the PV object could not be deleted does not call
+//! DeleteVolume again: the driver's success is kept until the PV is gone ([`DeletedVolumes`]).
+//!
+//! [`DeletedVolumes`]: super::DeletedVolumes
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::Api;
@@ -129,21 +134,29 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
         // Upstream's IgnoredError "PV was not provisioned on this node": another node's.
         return Outcome::Done;
     }
-    if let Some(node) = ctx.stores.attached_node(&name) {
-        return failed(format!(
-            "persistentvolume {name} is still attached to node {node}"
-        ));
+    let uid = volume.metadata.uid.as_deref();
+    if uid.is_some_and(|uid| ctx.deleted.stage(uid).is_some()) {
+        // An earlier pass deleted the volume and then failed to delete the object: the
+        // driver has nothing left to do, and asking again could delete a volume that re-used
+        // the id.
+        tracing::debug!(volume = %name, "volume deleted already, deleting the PV");
+    } else {
+        if let Some(node) = ctx.stores.attached_node(&name) {
+            return failed(format!(
+                "persistentvolume {name} is still attached to node {node}"
+            ));
+        }
+        let secrets = match deletion_secrets(ctx, volume).await {
+            Ok(secrets) => secrets,
+            Err(err) => return failed(csi_common::logging::error_chain(&err)),
+        };
+        let request = DeleteVolumeRequest { volume_id, secrets };
+        if let Err(err) = ctx.driver.delete_volume(request).await {
+            return failed(err.to_string());
+        }
+        ctx.deleted.storage_deleted(uid);
+        tracing::info!(volume = %name, "volume deleted");
     }
-    let secrets = match deletion_secrets(ctx, volume).await {
-        Ok(secrets) => secrets,
-        Err(err) => return failed(csi_common::logging::error_chain(&err)),
-    };
-
-    let request = DeleteVolumeRequest { volume_id, secrets };
-    if let Err(err) = ctx.driver.delete_volume(request).await {
-        return failed(err.to_string());
-    }
-    tracing::info!(volume = %name, "volume deleted");
 
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     match api.delete(&name, &DeleteParams::default()).await {
@@ -159,11 +172,8 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
     let current = ctx.stores.volume(&name);
     let patch = remove_finalizer_patch(current.as_deref().unwrap_or(volume));
     // Events the DELETE and PATCH caused may still show the PV with our finalizer: its UID is
-    // noted (before the PATCH, `DeletedVolumes` says why) so they cause no second DeleteVolume.
-    let removed = ctx.deleted.write(
-        volume.metadata.uid.as_deref(),
-        patch_volume(ctx, &name, &patch),
-    );
+    // noted (before the PATCH, `DeletedVolumes` says why) so they cause no sync at all.
+    let removed = ctx.deleted.write(uid, patch_volume(ctx, &name, &patch));
     if let Err(err) = removed.await {
         tracing::warn!(volume = %name, error = csi_common::kube_client::error_text(&err), "cannot remove the provisioner finalizer");
         return Outcome::Retry;
