@@ -2,7 +2,8 @@
 //! VolumeAttachments created at once, as the attach-detach controller does. Done: a live VA
 //! has `status.attached`; a VA deleted mid-attach is gone (the attacher detached it and
 //! removed its finalizer). At the end every VA is deleted; a volume still published to the
-//! node once they are gone is an orphan.
+//! node once they are gone is an orphan, and a ControllerUnpublishVolume for a volume whose
+//! VA was gone a duplicate.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -11,11 +12,11 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use proto::csi::v1::ControllerPublishVolumeRequest;
+use proto::csi::v1::{ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest};
 use serde_json::json;
 use testbed_mock_csi::{DEFAULT_DRIVER_NAME, DEFAULT_NODE_ID, Method, MockVolume};
 
-use super::{Tally, Verdict, at_once, last_seq, repeats, wait_all_gone};
+use super::{GoneAt, Tally, Verdict, at_once, last_seq, repeats, wait_all_gone};
 use crate::rig::{NAMESPACE, Rig, SECRET_NAME};
 
 const GI: i64 = 1 << 30;
@@ -40,6 +41,8 @@ pub(crate) struct Attaching {
     deleted: BTreeSet<String>,
     /// Per volume handle: the last call before its VA was seen attached.
     done_at: HashMap<String, Option<u64>>,
+    /// Per volume handle: the last call before its VA was seen gone.
+    gone: GoneAt,
 }
 
 impl Attaching {
@@ -66,6 +69,7 @@ impl Attaching {
             count,
             deleted: BTreeSet::new(),
             done_at: HashMap::new(),
+            gone: GoneAt::default(),
         })
     }
 
@@ -123,6 +127,9 @@ impl Attaching {
         };
         let names: BTreeSet<String> = vas.iter().filter_map(|v| v.metadata.name.clone()).collect();
         let seq = last_seq(rig);
+        // A VA deleted mid-attach is gone once detached: no unpublish may follow.
+        self.gone
+            .note(vas.iter().filter_map(volume_of).collect(), seq);
         let attached: BTreeSet<String> = vas
             .iter()
             .filter(|v| v.status.as_ref().is_some_and(|s| s.attached))
@@ -150,7 +157,7 @@ impl Attaching {
     /// Duplicates first; then every VA is deleted, as the attach-detach controller does when
     /// the pods go, and once they are gone (each detached and its finalizer removed) a volume
     /// still published to the node is an orphan.
-    pub(crate) async fn verdict(&self, rig: &mut Rig) -> anyhow::Result<Verdict> {
+    pub(crate) async fn verdict(&mut self, rig: &mut Rig) -> anyhow::Result<Verdict> {
         let mut verdict = Verdict {
             orphaned: None,
             duplicated: repeats(
@@ -169,16 +176,21 @@ impl Attaching {
                 Err(e) => return Err(e).with_context(|| format!("cannot delete {name}")),
             }
         }
-        let left = wait_all_gone::<VolumeAttachment>(rig, "they were deleted").await?;
+        let left = wait_all_gone(rig, "they were deleted", &mut self.gone, volume_of).await?;
         verdict.problems.extend(left);
+        verdict.duplicated += repeats(
+            rig,
+            Method::ControllerUnpublishVolume,
+            self.gone.at(),
+            |r: &ControllerUnpublishVolumeRequest| Some(r.volume_id.clone()),
+        );
         // A VA still there (the wait timed out, reported above) is not orphaned: its volume
         // may rightly still be published.
         let live: BTreeSet<String> = rig
             .server
             .list_objects::<VolumeAttachment>(None)?
-            .into_iter()
-            .filter_map(|v| v.spec.source.persistent_volume_name)
-            .map(|pv| pv.replacen("chaos-pv-", "chaos-vol-", 1))
+            .iter()
+            .filter_map(volume_of)
             .collect();
         let orphaned = rig
             .driver
@@ -190,6 +202,12 @@ impl Attaching {
         verdict.orphaned = Some(orphaned);
         Ok(verdict)
     }
+}
+
+/// The driver's id of the volume `va` attaches (the burst's PVs are named after it).
+fn volume_of(va: &VolumeAttachment) -> Option<String> {
+    let pv = va.spec.source.persistent_volume_name.as_deref()?;
+    Some(pv.replacen("chaos-pv-", "chaos-vol-", 1))
 }
 
 fn attached(rig: &Rig) -> anyhow::Result<BTreeSet<String>> {

@@ -6,13 +6,16 @@
 //! driver for an object that arrived after the object was seen done is a duplicate: the
 //! success was already recorded in the API, so a correct controller has no reason to repeat
 //! it (spec: a VA marked attached is never published again; a claim with a PV is never
-//! provisioned again; a PV already at the requested size is not expanded again).
+//! provisioned again; a PV already at the requested size is not expanded again). The teardown
+//! is read the same way: a DeleteVolume after the volume's PV was seen gone, or a
+//! ControllerUnpublishVolume after the volume's VolumeAttachment was seen gone, is a duplicate
+//! (the object's removal is what records the driver's success).
 
 mod attacher;
 mod provisioner;
 mod resizer;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use futures::StreamExt as _;
 
@@ -137,19 +140,74 @@ where
     results.into_iter().collect()
 }
 
+/// Per volume id: the last driver call seen before the object whose removal records the
+/// volume's teardown (its PV, its VolumeAttachment) was first seen gone. The keys feed
+/// [`repeats`].
+#[derive(Debug, Default)]
+pub(crate) struct GoneAt {
+    /// Ids whose object was seen in the store.
+    seen: HashSet<String>,
+    at: HashMap<String, Option<u64>>,
+}
+
+impl GoneAt {
+    /// Notes the ids of the objects the store holds now (`present`, listed *before* `seq` was
+    /// read, so that no call counted later can have come before the object was gone): an id
+    /// seen before and absent now is gone as of `seq`.
+    pub(crate) fn note(&mut self, present: HashSet<String>, seq: Option<u64>) {
+        for id in &self.seen {
+            if !present.contains(id) {
+                self.at.entry(id.clone()).or_insert(seq);
+            }
+        }
+        self.seen.extend(present);
+    }
+
+    pub(crate) fn at(&self) -> &HashMap<String, Option<u64>> {
+        &self.at
+    }
+}
+
 /// How long a teardown (claims or VolumeAttachments deleted in the verdict) may take.
 pub(crate) const TEARDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_mins(2);
 
-/// Waits until the API server holds no `K` (restarting exited replicas meanwhile); a problem
-/// naming how many are left when [`TEARDOWN_TIMEOUT`] passes first.
-pub(crate) async fn wait_all_gone<K>(rig: &mut Rig, after: &str) -> anyhow::Result<Option<String>>
+/// The volume ids of the `K`s the store holds, then the last call's sequence number, for
+/// [`GoneAt::note`].
+pub(crate) fn present<K>(
+    rig: &Rig,
+    volume_of: impl Fn(&K) -> Option<String>,
+) -> anyhow::Result<(HashSet<String>, Option<u64>)>
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    let ids = rig
+        .server
+        .list_objects::<K>(None)?
+        .iter()
+        .filter_map(volume_of)
+        .collect();
+    Ok((ids, last_seq(rig)))
+}
+
+/// Waits until the API server holds no `K` (restarting exited replicas meanwhile), noting in
+/// `gone` when each one's volume (`volume_of`) was seen gone; a problem naming how many are
+/// left when [`TEARDOWN_TIMEOUT`] passes first.
+pub(crate) async fn wait_all_gone<K>(
+    rig: &mut Rig,
+    after: &str,
+    gone: &mut GoneAt,
+    volume_of: impl Fn(&K) -> Option<String>,
+) -> anyhow::Result<Option<String>>
 where
     K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
 {
     let deadline = tokio::time::Instant::now() + TEARDOWN_TIMEOUT;
     loop {
         rig.restart_exited()?;
-        let left = rig.server.list_objects::<K>(None)?.len();
+        let objects = rig.server.list_objects::<K>(None)?;
+        let seq = last_seq(rig);
+        gone.note(objects.iter().filter_map(&volume_of).collect(), seq);
+        let left = objects.len();
         if left == 0 {
             return Ok(None);
         }
@@ -194,4 +252,34 @@ pub(crate) fn repeats<M: prost::Message + Default>(
             }
         })
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(names: &[&str]) -> HashSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn an_id_is_gone_from_the_first_listing_without_it_after_one_with_it() {
+        let mut gone = GoneAt::default();
+        gone.note(ids(&["a", "b"]), None);
+        assert!(gone.at().is_empty(), "both still there");
+        gone.note(ids(&["b"]), Some(4));
+        gone.note(ids(&[]), Some(9));
+        // `c` never listed: nothing is known of it, so none of its calls can count.
+        gone.note(ids(&[]), Some(12));
+        let expected = HashMap::from([("a".to_owned(), Some(4)), ("b".to_owned(), Some(9))]);
+        assert_eq!(gone.at(), &expected);
+    }
+
+    #[test]
+    fn an_id_gone_before_any_driver_call_counts_every_call() {
+        let mut gone = GoneAt::default();
+        gone.note(ids(&["a"]), None);
+        gone.note(ids(&[]), None);
+        assert_eq!(gone.at().get("a"), Some(&None));
+    }
 }

@@ -3,7 +3,7 @@
 //! a claim still pending when its class was deleted has a `ProvisioningFailed` Warning
 //! (upstream keeps retrying it and never provisions it: spec, class lookup per attempt).
 //! At the end every claim is deleted and, once the PVs are gone, any volume left in the
-//! driver is an orphan.
+//! driver is an orphan, and a DeleteVolume for a volume whose PV was gone a duplicate.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -12,11 +12,11 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim}
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use proto::csi::v1::CreateVolumeRequest;
+use proto::csi::v1::{CreateVolumeRequest, DeleteVolumeRequest};
 use serde_json::json;
 use testbed_mock_csi::{DEFAULT_DRIVER_NAME, Method};
 
-use super::{Tally, Verdict, at_once, last_seq, repeats, wait_all_gone};
+use super::{GoneAt, Tally, Verdict, at_once, last_seq, present, repeats, wait_all_gone};
 use crate::rig::{NAMESPACE, Rig, SECRET_NAME};
 
 const CLASS: &str = "chaos-immediate";
@@ -214,12 +214,21 @@ impl Provisioning {
                     .push(format!("{claim} has {} PVs", uids.len()));
             }
         }
+        let mut gone = GoneAt::default();
+        let (volumes, seq) = present(rig, volume_handle)?;
+        gone.note(volumes, seq);
         let api = Self::claims(rig);
         for name in (0..self.count).map(claim_name) {
             delete_claim(&api, &name).await?;
         }
-        let left = wait_all_gone::<PersistentVolume>(rig, "the claims were deleted").await?;
+        let left = wait_all_gone(rig, "the claims were deleted", &mut gone, volume_handle).await?;
         verdict.problems.extend(left);
+        verdict.duplicated += repeats(
+            rig,
+            Method::DeleteVolume,
+            gone.at(),
+            |r: &DeleteVolumeRequest| Some(r.volume_id.clone()),
+        );
         verdict.orphaned = Some(rig.driver.volumes().len());
         Ok(verdict)
     }
@@ -231,6 +240,11 @@ async fn delete_claim(api: &Api<PersistentVolumeClaim>, name: &str) -> anyhow::R
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(e) => Err(e).with_context(|| format!("cannot delete claim {name}")),
     }
+}
+
+/// The driver's id of the volume behind `pv`.
+fn volume_handle(pv: &PersistentVolume) -> Option<String> {
+    Some(pv.spec.as_ref()?.csi.as_ref()?.volume_handle.clone())
 }
 
 /// Claim name → uids of the claims the PVs in the store are bound to (in our namespace).
