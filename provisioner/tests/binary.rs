@@ -1121,7 +1121,11 @@ async fn a_driver_stopping_after_sigterm_is_a_shutdown_not_a_lost_connection() {
         .driver
         .inject(Fault::delay(Method::CreateVolume, Duration::from_mins(1)).on(When::Nth(1)));
     cluster.create_class(class("fast", "Immediate")).await;
-    let mut provisioner = cluster.provisioner("csi-provisioner-0", &[]);
+    // -v=6 logs the API client's connections (hyper_util, kube_client at debug): once in a CI
+    // run (6 Dec 2026, under a release chaos churn) this provisioner's first API request went
+    // unanswered for 30 s, and the log, printed only on failure, could not say whether it
+    // ever connected. Not reproduced since (83 runs, some under the same load).
+    let mut provisioner = cluster.provisioner("csi-provisioner-0", &["-v=6"]);
     cluster.create_claim("busy", "fast", "1Mi").await;
     cluster
         .driver
