@@ -15,6 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 
 use super::Context;
+use super::settled::Done;
 use crate::cached::VolumeAttachment;
 use crate::csi::AttachDriver;
 use crate::decide::VaAction;
@@ -67,13 +68,17 @@ pub(super) async fn attach<D: AttachDriver>(ctx: &Context<D>, va: &VolumeAttachm
     let name = va.metadata.name.as_deref().unwrap_or_default();
     tracing::info!(va = name, "attaching");
     match publish(ctx, va).await {
-        Ok((body, patched_version)) => {
-            let stale = va.metadata.resource_version.iter().chain(&patched_version);
+        Ok(published) => {
+            let stale = va
+                .metadata
+                .resource_version
+                .iter()
+                .chain(&published.patched_version);
             let marked = ctx.settled.write(
                 va,
                 VaAction::Attach,
                 stale.cloned().collect(),
-                patch_status(ctx, name, &body),
+                patch_status(ctx, name, &published.status),
             );
             match marked.await {
                 Ok(()) => {
@@ -83,6 +88,8 @@ pub(super) async fn attach<D: AttachDriver>(ctx: &Context<D>, va: &VolumeAttachm
                 }
                 Err(err) => {
                     tracing::warn!(va = name, error = %err, "failed to mark as attached");
+                    let Published { status, call, .. } = published;
+                    ctx.settled.answered(va, call, Done::Published(status));
                     Outcome::Retry
                 }
             }
@@ -106,12 +113,22 @@ pub(super) async fn attach<D: AttachDriver>(ctx: &Context<D>, va: &VolumeAttachm
     }
 }
 
-/// Checks, finalizers, then ControllerPublishVolume; the attached status to write and the
-/// resourceVersion of our metadata patch.
+/// What a successful ControllerPublishVolume leaves to write.
+struct Published {
+    /// The attached status.
+    status: serde_json::Value,
+    /// The resourceVersion of our metadata patch, if one was sent.
+    patched_version: Option<String>,
+    /// The volume id and node id of the call.
+    call: (String, String),
+}
+
+/// Checks, finalizers, then ControllerPublishVolume, unless an earlier sync's call succeeded
+/// and only its status write failed (`Settled::answer`).
 async fn publish<D: AttachDriver>(
     ctx: &Context<D>,
     va: &VolumeAttachment,
-) -> Result<(serde_json::Value, Option<String>), AttachError> {
+) -> Result<Published, AttachError> {
     let pv = source::pv_name(va).and_then(|name| ctx.stores.volume(name));
     let volume = source::resolve(va, pv.as_deref(), Purpose::Attach)?;
     let secret = volume
@@ -153,8 +170,22 @@ async fn publish<D: AttachDriver>(
             .map_err(|err| AttachError::SaveAttachment(KubeError(err)))?;
         patched_version = patched.metadata.resource_version;
     }
-    let publish_context = ctx.driver.publish(publish).await?;
-    Ok((patch::attached(&publish_context)?, patched_version))
+    let call = (publish.volume_id.clone(), publish.node_id.clone());
+    let status = match ctx.settled.answer(va, &call) {
+        Some(Done::Published(status)) => {
+            tracing::debug!(
+                va = va.metadata.name.as_deref().unwrap_or_default(),
+                "published already, writing the attached status"
+            );
+            status
+        }
+        _ => patch::attached(&ctx.driver.publish(publish).await?)?,
+    };
+    Ok(Published {
+        status,
+        patched_version,
+        call,
+    })
 }
 
 /// The trivial handler: mark attached, nothing else (spec §1.4, trivial handler).

@@ -6,6 +6,7 @@
 //! goes first and the status second, so a failure in between cannot cause a second unpublish
 //! (upstream v4.9, issue #587); NotFound on the status write means the object is already gone,
 //! and the status write is left out when the finalizer removal's answer shows it is gone.
+//! Should that write fail all the same, the retry does not unpublish again (`Settled::answer`).
 
 use csi_common::controller::Outcome;
 use csi_common::events::EventType;
@@ -17,6 +18,7 @@ use kube::api::{Patch, PatchParams};
 
 use super::Context;
 use super::attach::patch_status;
+use super::settled::Done;
 use crate::cached::VolumeAttachment;
 use crate::csi::AttachDriver;
 use crate::decide::{self, VaAction};
@@ -77,22 +79,34 @@ async fn unpublish<D: AttachDriver>(
 ) -> Result<(), DetachError> {
     let pv = source::pv_name(va).and_then(|name| ctx.stores.volume(name));
     let target = source::detach_target(va, pv.as_deref())?;
-    let secrets = match &target.secret {
-        Some(reference) => secrets::fetch(&ctx.client, reference)
-            .await
-            .map_err(DetachError::Secret)?,
-        None => std::collections::HashMap::default(),
-    };
     let csi_node = ctx.stores.csi_node(&va.spec.node_name);
     let node_id = node::for_detach(csi_node.as_deref(), va, &ctx.settings.driver)?;
-    ctx.driver
-        .unpublish(request::unpublish(&target, &node_id, secrets))
-        .await?;
+    let call = (target.volume_id.clone(), node_id.clone());
+    if ctx.settled.answer(va, &call) == Some(Done::Unpublished) {
+        tracing::debug!(
+            va = va.metadata.name.as_deref().unwrap_or_default(),
+            "unpublished already, removing the finalizer"
+        );
+    } else {
+        let secrets = match &target.secret {
+            Some(reference) => secrets::fetch(&ctx.client, reference)
+                .await
+                .map_err(DetachError::Secret)?,
+            None => std::collections::HashMap::default(),
+        };
+        ctx.driver
+            .unpublish(request::unpublish(&target, &node_id, secrets))
+            .await?;
+    }
     let stale = va.metadata.resource_version.iter().cloned().collect();
-    ctx.settled
+    let marked = ctx
+        .settled
         .write(va, VaAction::Detach, stale, mark_detached(ctx, va))
-        .await
-        .map_err(DetachError::MarkDetached)
+        .await;
+    if marked.is_err() {
+        ctx.settled.answered(va, call, Done::Unpublished);
+    }
+    marked.map_err(DetachError::MarkDetached)
 }
 
 /// Finalizer off (main resource), then the status (`/status`); NotFound on either means the

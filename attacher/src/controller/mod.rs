@@ -476,9 +476,14 @@ async fn sync_attachment<D: AttachDriver>(ctx: &Context<D>, name: &str) -> Outco
         return attach::trivial(ctx, &va).await;
     }
     let forced = ctx.take_forced(name);
+    if forced {
+        // The driver says the volume is not published: no kept answer stands for it.
+        ctx.settled.drop_answer(name);
+    }
     match decide::va_action(&va, &ctx.settings.driver, &ctx.finalizer, forced) {
         VaAction::NotOurs | VaAction::UpToDate => {
             ctx.settled.forget(name);
+            ctx.settled.drop_answer(name);
             Outcome::Done
         }
         action if !forced && settled.is_some_and(|record| record.covers(&va, action)) => {

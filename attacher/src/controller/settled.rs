@@ -44,6 +44,14 @@
 //! object from the API server, not from a cache that the same broken connection may have left
 //! behind, so it does not publish a volume whose attach is stored, or unpublish one whose
 //! finalizer is already gone.
+//!
+//! A finishing write that fails for any reason leaves the driver's success behind: the
+//! volume is published (or unpublished) and the API does not say so yet. Upstream's retry
+//! calls the driver again (idempotent by the CSI spec). Here the answer is kept
+//! ([`Settled::answered`]) for the object's uid, the operation and the call's volume and
+//! node, and the retry finishes from it ([`Settled::answer`]) without a second call; the
+//! reconciler's forced re-attach (the driver says the volume is not published) drops it. It
+//! goes when a finishing write succeeds or the object is gone.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
@@ -62,6 +70,25 @@ pub(crate) struct Settled(Mutex<Inner>);
 struct Inner {
     records: HashMap<String, Record>,
     unanswered: HashSet<String>,
+    answers: HashMap<String, Answer>,
+}
+
+/// A driver call that succeeded for a VolumeAttachment whose finishing write then failed.
+#[derive(Debug, Clone, PartialEq)]
+struct Answer {
+    uid: String,
+    /// The volume id and node id the call was for.
+    call: (String, String),
+    done: Done,
+}
+
+/// What the driver did.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Done {
+    /// ControllerPublishVolume succeeded; the attached status to write.
+    Published(serde_json::Value),
+    /// ControllerUnpublishVolume succeeded.
+    Unpublished,
 }
 
 /// Whether a failed write may be stored all the same (it left, and its answer was lost).
@@ -132,23 +159,53 @@ impl Settled {
     ) -> Result<T, E> {
         self.record(va, action, stale_versions);
         let result = write.await;
-        if let Err(err) = &result
-            && let Some(name) = va.metadata.name.as_deref()
-        {
+        if let Some(name) = va.metadata.name.as_deref() {
             let mut inner = self.lock();
-            inner.records.remove(name);
-            if err.may_be_stored() {
-                inner.unanswered.insert(name.to_owned());
+            match &result {
+                Ok(_) => {
+                    inner.answers.remove(name);
+                }
+                Err(err) => {
+                    inner.records.remove(name);
+                    if err.may_be_stored() {
+                        inner.unanswered.insert(name.to_owned());
+                    }
+                }
             }
         }
         result
+    }
+
+    /// The driver `done` it for `va` with the volume and node of `call`, and the write that
+    /// records it failed: a retry finishes from it instead of calling the driver again.
+    pub(crate) fn answered(&self, va: &VolumeAttachment, call: (String, String), done: Done) {
+        let (Some(name), Some(uid)) = (va.metadata.name.clone(), va.metadata.uid.clone()) else {
+            return;
+        };
+        self.lock().answers.insert(name, Answer { uid, call, done });
+    }
+
+    /// The kept answer of the driver for `va` with the volume and node of `call`, if the same
+    /// object's finishing write failed after it.
+    pub(crate) fn answer(&self, va: &VolumeAttachment, call: &(String, String)) -> Option<Done> {
+        let name = va.metadata.name.as_deref()?;
+        let uid = va.metadata.uid.as_deref()?;
+        let inner = self.lock();
+        let answer = inner.answers.get(name)?;
+        (answer.uid == uid && answer.call == *call).then(|| answer.done.clone())
+    }
+
+    /// Nothing is pending for `name` (it is up to date, or the reconciler asks for the
+    /// operation again): drop the driver's kept answer.
+    pub(crate) fn drop_answer(&self, name: &str) {
+        self.lock().answers.remove(name);
     }
 
     /// How many records and marks are kept.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         let inner = self.lock();
-        inner.records.len() + inner.unanswered.len()
+        inner.records.len() + inner.unanswered.len() + inner.answers.len()
     }
 
     /// The record of `name`, to be read before the cache (see the module docs).
@@ -184,6 +241,7 @@ impl Settled {
         let mut inner = self.lock();
         inner.records.remove(name);
         inner.unanswered.remove(name);
+        inner.answers.remove(name);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -366,5 +424,53 @@ mod tests {
             .await;
         assert_eq!(refused, Err(Failure::Refused));
         assert_eq!(settled.len(), 0, "a refused write is known not stored");
+    }
+
+    #[tokio::test]
+    async fn a_kept_answer_stands_for_its_object_and_call_until_a_write_succeeds() {
+        let settled = Settled::default();
+        let call = || ("vol".to_owned(), "node".to_owned());
+        settled.answered(&va("u1", "5"), call(), Done::Unpublished);
+        let cases = [
+            ("same object, same call", "u1", ("vol", "node"), true),
+            (
+                "another object of the same name",
+                "u2",
+                ("vol", "node"),
+                false,
+            ),
+            ("another node id", "u1", ("vol", "node-2"), false),
+            ("another volume", "u1", ("vol-2", "node"), false),
+        ];
+        for (name, uid, (volume, node), want) in cases {
+            let found = settled.answer(&va(uid, "9"), &(volume.to_owned(), node.to_owned()));
+            assert_eq!(found.is_some(), want, "{name}");
+        }
+        settled.drop_answer("va");
+        assert_eq!(settled.answer(&va("u1", "5"), &call()), None, "dropped");
+
+        let status = serde_json::json!({"status": {"attached": true}});
+        settled.answered(&va("u1", "5"), call(), Done::Published(status.clone()));
+        let refused = settled
+            .write(&va("u1", "5"), VaAction::Attach, vec![], async {
+                Err::<(), _>(Failure::Refused)
+            })
+            .await;
+        assert!(refused.is_err());
+        assert_eq!(
+            settled.answer(&va("u1", "5"), &call()),
+            Some(Done::Published(status)),
+            "a failed write keeps it"
+        );
+        settled
+            .write(&va("u1", "5"), VaAction::Attach, vec![], async {
+                Ok::<_, Failure>(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(settled.answer(&va("u1", "5"), &call()), None, "recorded");
+        settled.answered(&va("u1", "5"), call(), Done::Unpublished);
+        settled.gone("va");
+        assert_eq!(settled.len(), 0, "the object is gone");
     }
 }

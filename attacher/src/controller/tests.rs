@@ -217,10 +217,9 @@ async fn assert_late_syncs_skip(h: &Harness) {
     );
 }
 
-#[tokio::test]
-async fn a_detach_whose_finalizer_removal_answer_was_lost_is_not_unpublished_again() {
-    let mut h = harness();
-    // Attached with the watches live; then deleted (our finalizer holds it).
+/// Attached with the watches live; then deleted (our finalizer holds it), and the cache shows
+/// the deletion.
+async fn attach_then_delete(h: &Harness) {
     h.cached(|va| !attached(va)).await;
     assert_eq!(sync_attachment(&h.ctx, VA).await, Outcome::Done);
     h.ctx
@@ -230,6 +229,12 @@ async fn a_detach_whose_finalizer_removal_answer_was_lost_is_not_unpublished_aga
         .unwrap();
     h.cached(|va| attached(va) && va.metadata.deletion_timestamp.is_some())
         .await;
+}
+
+#[tokio::test]
+async fn a_detach_whose_finalizer_removal_answer_was_lost_is_not_unpublished_again() {
+    let mut h = harness();
+    attach_then_delete(&h).await;
     h.cut_watches();
 
     h.server
@@ -248,6 +253,38 @@ async fn a_detach_whose_finalizer_removal_answer_was_lost_is_not_unpublished_aga
     assert_eq!(sync_attachment(&h.ctx, VA).await, Outcome::Done);
     assert_eq!(h.calls(), (1, 1), "no second ControllerUnpublishVolume");
     assert_late_syncs_skip(&h).await;
+}
+
+#[tokio::test]
+async fn an_attach_whose_status_write_was_refused_is_finished_without_a_second_publish() {
+    let h = harness();
+    h.cached(|va| !attached(va)).await;
+    h.server
+        .faults()
+        .fail("patch", "volumeattachments/status", 500, 1);
+    assert_eq!(sync_attachment(&h.ctx, VA).await, Outcome::Retry);
+    assert_eq!(h.calls(), (1, 0));
+    assert!(!h.stored().await.as_ref().is_some_and(attached));
+    // Upstream publishes again here; the driver's answer is kept instead.
+    assert_eq!(sync_attachment(&h.ctx, VA).await, Outcome::Done);
+    assert_eq!(h.calls(), (1, 0), "no second ControllerPublishVolume");
+    assert!(h.stored().await.as_ref().is_some_and(attached));
+}
+
+#[tokio::test]
+async fn a_detach_whose_finalizer_removal_was_refused_is_finished_without_a_second_unpublish() {
+    let h = harness();
+    attach_then_delete(&h).await;
+    h.server.faults().fail("patch", "volumeattachments", 500, 1);
+    assert_eq!(sync_attachment(&h.ctx, VA).await, Outcome::Retry);
+    assert_eq!(h.calls(), (1, 1));
+    assert!(h.stored().await.is_some(), "the finalizer is still on");
+    assert_eq!(sync_attachment(&h.ctx, VA).await, Outcome::Done);
+    assert_eq!(h.calls(), (1, 1), "no second ControllerUnpublishVolume");
+    assert!(
+        h.stored().await.is_none(),
+        "the finalizer went, and the VA with it"
+    );
 }
 
 #[tokio::test]
