@@ -20,7 +20,10 @@
 //! call is idempotent); the chaos suite counts such a call as a duplicated expansion, and the
 //! in-memory API server's held answers produced one every time
 //! (`a_claim_grown_again_before_its_pv_write_returns_expands_each_size_once`). A restarted
-//! process has no answers and calls again, as upstream.
+//! process has no answers and calls again, as upstream. The modify controller keeps the
+//! driver's success for a class the same way ([`State::modified`]): a PV class write or claim
+//! status write that fails after ControllerModifyVolume succeeded is retried without a second
+//! call.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -53,6 +56,9 @@ struct Inner {
     /// The driver's last answer per claim, with the size asked for, until the claim's status
     /// records it.
     expanded: HashMap<String, (i64, Expanded)>,
+    /// The class per claim that the driver's last ControllerModifyVolume applied, until the
+    /// claim's status records it.
+    modified: HashMap<String, String>,
     /// Tells apart the announcements of two writes of one claim (the resize and the modify
     /// controller may both write it).
     writes: u64,
@@ -283,10 +289,32 @@ impl State {
         self.lock().expanded.remove(key);
     }
 
+    /// Whether this process's ControllerModifyVolume of the claim `key` to class `target`
+    /// succeeded and the claim's status does not record it yet.
+    pub(crate) fn modified(&self, key: &str, target: &str) -> bool {
+        self.lock()
+            .modified
+            .get(key)
+            .is_some_and(|class| class == target)
+    }
+
+    /// Keeps the driver's success for class `target` (replacing one for another class).
+    pub(crate) fn remember_modified(&self, key: &str, target: &str) {
+        self.lock()
+            .modified
+            .insert(key.to_owned(), target.to_owned());
+    }
+
+    /// The claim's status records the modification.
+    pub(crate) fn forget_modified(&self, key: &str) {
+        self.lock().modified.remove(key);
+    }
+
     /// Forgets a deleted claim (and its PV).
     pub(crate) fn forget(&self, key: &str, pv: Option<&str>) {
         let mut inner = self.lock();
         inner.expanded.remove(key);
+        inner.modified.remove(key);
         inner.final_errors.remove(key);
         inner.slow.remove(key);
         inner.claims.remove(key);

@@ -454,6 +454,35 @@ async fn an_uncertain_gold_is_finished_before_silver() {
     assert_eq!(calls, ["gold", "gold", "silver"]);
 }
 
+/// The call succeeds and a write after it is refused (the PV's class; then, after the sync's
+/// first status write, `InProgress`, the claim's finished status): each retry finishes from
+/// the driver's answer. Upstream calls again.
+#[tokio::test]
+async fn a_modify_whose_writes_were_refused_is_finished_without_a_second_call() {
+    let h = harness().await;
+    h.set_spec(Some("gold")).await;
+    h.caught_up().await;
+    let calls = || h.ctx.driver.0.lock().unwrap().calls.clone();
+    for (resource, passed) in [
+        ("persistentvolumes", 0),
+        ("persistentvolumeclaims/status", 1),
+    ] {
+        h.server
+            .faults()
+            .fail_after("patch", resource, passed, 500, 1);
+        assert_eq!(
+            super::sync::sync(&h.ctx, KEY).await,
+            Outcome::Retry,
+            "{resource}"
+        );
+        assert_eq!(calls(), ["gold"], "{resource}");
+        h.caught_up().await;
+    }
+    assert_eq!(super::sync::sync(&h.ctx, KEY).await, Outcome::Done);
+    assert_eq!(calls(), ["gold"], "no second ControllerModifyVolume");
+    assert_eq!(decide::current_class(&h.claim().await), "gold");
+}
+
 /// A status write stored with its answer lost, while the watch is cut (an API server restart
 /// does both; docs/reliability.md, "What the suite found"): the next sync reads the claim back
 /// instead of calling again from the stale cache, and so does a later one.

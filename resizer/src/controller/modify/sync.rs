@@ -166,8 +166,20 @@ async fn call<M: ModifyDriver>(
     class: &VolumeAttributesClass,
     target: &str,
 ) -> Outcome {
-    match modify_volume(ctx, pvc, pv, class).await {
-        Ok(()) => succeeded(ctx, key, pvc, pv, target).await,
+    let result = if ctx.state.modified(key, target) {
+        // An earlier sync's call succeeded and a write after it failed (`State::modified`).
+        tracing::debug!(pvc = key, target, "volume modified already, recording it");
+        Ok(())
+    } else {
+        // A call for another class: what the volume had is no longer known.
+        ctx.state.forget_modified(key);
+        modify_volume(ctx, pvc, pv, class).await
+    };
+    match result {
+        Ok(()) => {
+            ctx.state.remember_modified(key, target);
+            succeeded(ctx, key, pvc, pv, target).await
+        }
         Err(err) => failed(ctx, key, pvc, target, &err).await,
     }
 }
@@ -222,6 +234,7 @@ async fn succeeded<M>(
     let next = transition::completed(pvc, target);
     match write::claim_status(&ctx.client, &ctx.state, pvc, &next, false).await {
         Ok(written) => {
+            ctx.state.forget_modified(key);
             event(
                 ctx,
                 &written,

@@ -13,6 +13,8 @@ struct FailRule {
     verb: String,
     resource: String,
     code: u16,
+    /// Matching requests to let through before failing any.
+    passed: usize,
     remaining: usize,
 }
 
@@ -96,10 +98,26 @@ impl Faults {
     /// `update`, `patch`, `delete`, `deletecollection`, or `*`) and resource (`plural`,
     /// `plural/status`, or `*`) match with HTTP `status_code` and a `Status` body.
     pub fn fail(&self, verb: &str, resource: &str, status_code: u16, count: usize) {
+        self.fail_after(verb, resource, 0, status_code, count);
+    }
+
+    /// As [`Faults::fail`], after letting the next `passed` matching requests through: the
+    /// second of two writes of one object in one sync (a finishing write after a first one)
+    /// can be refused alone. While it lets requests through, the rule stands before any later
+    /// one that matches them too.
+    pub fn fail_after(
+        &self,
+        verb: &str,
+        resource: &str,
+        passed: usize,
+        status_code: u16,
+        count: usize,
+    ) {
         self.state().rules.push(FailRule {
             verb: verb.to_owned(),
             resource: resource.to_owned(),
             code: status_code,
+            passed,
             remaining: count,
         });
     }
@@ -199,6 +217,10 @@ impl Faults {
         let rule = state.rules.iter_mut().find(|r| {
             r.remaining > 0 && matches(&r.verb, verb) && matches(&r.resource, resource)
         })?;
+        if rule.passed > 0 {
+            rule.passed -= 1;
+            return None;
+        }
         rule.remaining -= 1;
         let code = rule.code;
         state.rules.retain(|r| r.remaining > 0);
@@ -221,6 +243,16 @@ mod tests {
         assert_eq!(faults.check("update", "leases"), None);
         faults.fail("*", "*", 429, 1);
         assert_eq!(faults.check("list", "pods/status"), Some(429));
+    }
+
+    #[test]
+    fn a_rule_can_let_the_first_matching_requests_through() {
+        let faults = Faults::new(Arc::new(Store::new(10)));
+        faults.fail_after("patch", "pods/status", 1, 500, 1);
+        assert_eq!(faults.check("patch", "pods"), None, "not matching");
+        assert_eq!(faults.check("patch", "pods/status"), None, "let through");
+        assert_eq!(faults.check("patch", "pods/status"), Some(500));
+        assert_eq!(faults.check("patch", "pods/status"), None, "used up");
     }
 
     #[tokio::test]
