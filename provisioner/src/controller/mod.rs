@@ -222,8 +222,8 @@ pub(crate) struct Context<D> {
 /// A UID is noted as [`Deletion::Storage`] once DeleteVolume succeeded: if deleting the PV
 /// object then fails (an error, a conflict, an answer lost with the connection), the retry
 /// goes on from the API writes instead of asking the driver again. Upstream calls DeleteVolume
-/// again, which CSI makes idempotent; a driver that re-used the volume id meanwhile would lose
-/// a volume, and the chaos suite counts the repeat as duplicated (docs/compatibility.md).
+/// again, which CSI makes idempotent: a call for a volume the driver has already deleted
+/// (docs/compatibility.md).
 ///
 /// It becomes [`Deletion::Object`] *before* the write that lets the API server delete the
 /// object (the PATCH removing our finalizer, [`DeletedVolumes::write`]) and goes back to

@@ -137,8 +137,7 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
     let uid = volume.metadata.uid.as_deref();
     if uid.is_some_and(|uid| ctx.deleted.stage(uid).is_some()) {
         // An earlier pass deleted the volume and then failed to delete the object: the
-        // driver has nothing left to do, and asking again could delete a volume that re-used
-        // the id.
+        // driver has nothing left to do.
         tracing::debug!(volume = %name, "volume deleted already, deleting the PV");
     } else {
         if let Some(node) = ctx.stores.attached_node(&name) {
