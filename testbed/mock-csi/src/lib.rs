@@ -56,7 +56,7 @@ pub use fault::{Action, Fault, Garbage, When};
 pub use method::{Method, Service, UnknownMethod};
 pub use record::RecordedCall;
 pub use server::{MockDriver, MockDriverHandle};
-pub use state::{MockSnapshot, MockVolume};
+pub use state::{MockSnapshot, MockVolume, volume_id_for};
 
 /// Failures of starting, stopping or waiting on the mock driver.
 #[derive(Debug, thiserror::Error)]

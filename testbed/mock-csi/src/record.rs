@@ -27,6 +27,14 @@ pub struct RecordedCall {
     pub code: Option<Code>,
     /// The status message answered (empty on success or while running).
     pub message: String,
+    /// When the answer went out (tokio clock); `None` while the call is running.
+    pub answered: Option<Instant>,
+    /// Whether the answer was OK with nonsense in it (a [`crate::Garbage`] fault): the
+    /// caller rightly does not take it for a success.
+    pub garbled: bool,
+    /// Whether the caller was still waiting when the answer went out (a caller past its
+    /// deadline has cancelled the call, and the answer of a delayed call reaches nobody).
+    pub delivered: bool,
 }
 
 impl RecordedCall {
@@ -62,11 +70,14 @@ impl CallLog {
             request,
             code: None,
             message: String::new(),
+            answered: None,
+            garbled: false,
+            delivered: false,
         });
         seq
     }
 
-    pub(crate) fn finish(&mut self, seq: u64, code: Code, message: &str) {
+    pub(crate) fn finish(&mut self, seq: u64, code: Code, message: &str, garbled: bool) {
         let Some(index) = seq.checked_sub(self.first_seq) else {
             return;
         };
@@ -76,6 +87,18 @@ impl CallLog {
         {
             call.code = Some(code);
             message.clone_into(&mut call.message);
+            call.answered = Some(Instant::now());
+            call.garbled = garbled;
+        }
+    }
+
+    pub(crate) fn delivered(&mut self, seq: u64) {
+        if let Some(call) = seq
+            .checked_sub(self.first_seq)
+            .and_then(|index| usize::try_from(index).ok())
+            .and_then(|i| self.calls.get_mut(i))
+        {
+            call.delivered = true;
         }
     }
 
@@ -98,9 +121,9 @@ mod tests {
         let mut log = CallLog::default();
         let first = log.begin(Method::Probe, vec![]);
         log.clear();
-        log.finish(first, Code::Ok, "");
+        log.finish(first, Code::Ok, "", false);
         let second = log.begin(Method::Probe, vec![]);
-        log.finish(second, Code::NotFound, "gone");
+        log.finish(second, Code::NotFound, "gone", false);
         assert_eq!(second, 1);
         assert_eq!(log.all().len(), 1);
         assert_eq!(log.all()[0].code, Some(Code::NotFound));

@@ -75,6 +75,7 @@ impl CsiService {
     {
         let req = request.into_inner();
         let begun = self.shared.begin(method, req.encode_to_vec());
+        let seq = begun.seq;
         if begun.log_calls {
             tracing::info!(method = %method, request = ?req, "CSI call");
         } else {
@@ -87,7 +88,7 @@ impl CsiService {
                 Some(volume) => match Busy::take(&shared, volume) {
                     Ok(busy) => Some(busy),
                     Err(pending) => {
-                        shared.finish(begun.seq, pending.code(), pending.message());
+                        shared.finish(begun.seq, pending.code(), pending.message(), false);
                         return Err(pending);
                     }
                 },
@@ -114,7 +115,8 @@ impl CsiService {
                 Ok(_) => (Code::Ok, ""),
                 Err(status) => (status.code(), status.message()),
             };
-            shared.finish(begun.seq, code, message);
+            let garbled = result.is_ok() && begun.plan.garbage.is_some();
+            shared.finish(begun.seq, code, message, garbled);
             let response = result.as_ref().ok();
             if begun.log_calls {
                 tracing::info!(method = %method, ?code, message, ?response, "CSI answer");
@@ -123,7 +125,10 @@ impl CsiService {
             }
             result
         });
-        match work.await {
+        // Dropped here, with the call, when the caller cancels it (its deadline passed).
+        let answer = work.await;
+        self.shared.delivered(seq);
+        match answer {
             Ok(result) => result.map(Response::new),
             Err(e) => Err(Status::internal(format!(
                 "mock CSI driver handler failed: {e}"

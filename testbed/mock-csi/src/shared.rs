@@ -79,10 +79,15 @@ impl Shared {
         begun
     }
 
-    /// Records the answer to call `seq`.
-    pub(crate) fn finish(&self, seq: u64, code: Code, message: &str) {
-        self.lock().calls.finish(seq, code, message);
+    /// Records the answer to call `seq` (`garbled`: OK with nonsense in it).
+    pub(crate) fn finish(&self, seq: u64, code: Code, message: &str, garbled: bool) {
+        self.lock().calls.finish(seq, code, message, garbled);
         self.calls_changed.send_modify(|n| *n += 1);
+    }
+
+    /// Records that the caller of call `seq` was still waiting for its answer.
+    pub(crate) fn delivered(&self, seq: u64) {
+        self.lock().calls.delivered(seq);
     }
 
     pub(crate) fn subscribe_calls(&self) -> watch::Receiver<u64> {

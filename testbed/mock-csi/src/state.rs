@@ -111,9 +111,10 @@ fn topology_matches<'a>(
     wanted.into_iter().all(|(k, v)| ours.get(k) == Some(v))
 }
 
-/// A volume id that depends only on the name, so a deleted and re-created name gets the same id
-/// and tests can predict it. Two FNV-1a 64 hashes with different offsets, printed like a UUID.
-pub(crate) fn volume_id_for(name: &str) -> String {
+/// The id CreateVolume gives the volume `name`: it depends only on the name, so a deleted and
+/// re-created name gets the same id and tests can predict it. Two FNV-1a 64 hashes with
+/// different offsets, printed like a UUID.
+pub fn volume_id_for(name: &str) -> String {
     fn fnv1a(bytes: &[u8], offset: u64) -> u64 {
         bytes.iter().fold(offset, |h, b| {
             (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)

@@ -17,7 +17,7 @@ use proto::csi::v1::identity_client::IdentityClient;
 use proto::csi::v1::node_client::NodeClient;
 use testbed_kubelet::grpc_dial::{self, Authority};
 use testbed_mock_csi::{
-    Action, ControllerRpc, Fault, Method, MockDriver, MockDriverConfig, MockDriverHandle,
+    Action, ControllerRpc, Fault, Garbage, Method, MockDriver, MockDriverConfig, MockDriverHandle,
     MockVolume, When,
 };
 use testbed_support::process::{ChildProcess, Signal};
@@ -545,10 +545,37 @@ async fn a_call_whose_client_gave_up_is_still_carried_out_like_a_real_driver_wou
         calls[0].decode::<csi::CreateVolumeRequest>().unwrap().name,
         "slow"
     );
+    // tonic dropped the handler with the cancelled call: the answer reached nobody, and the
+    // record says so (the chaos suite does not count it as a success the caller held).
+    assert!(!calls[0].delivered);
+    assert!(calls[0].answered.is_some());
     // The retry (second call, not delayed) finds the volume the first call created.
     let vol = create(&mut c, "slow", GI).await.unwrap();
     assert_eq!(driver.volumes().len(), 1);
     assert_eq!(driver.volumes()[0].volume_id, vol.volume_id);
+    let retry = &driver.calls_of(Method::CreateVolume)[1];
+    assert!(retry.delivered, "its caller waited for it");
+    assert!(!retry.garbled);
+}
+
+#[tokio::test]
+async fn a_garbled_answer_is_recorded_as_garbled() {
+    let (driver, mut c) = start(MockDriverConfig::default()).await;
+    driver.inject(Fault {
+        method: Method::CreateVolume,
+        when: When::Nth(1),
+        action: Action::Garbage(Garbage::EmptyVolumeId),
+    });
+    assert_eq!(create(&mut c, "pvc-1", GI).await.unwrap().volume_id, "");
+    assert_ne!(create(&mut c, "pvc-1", GI).await.unwrap().volume_id, "");
+    let calls = driver.calls_of(Method::CreateVolume);
+    let garbled: Vec<bool> = calls.iter().map(|c| c.garbled).collect();
+    assert_eq!(garbled, [true, false]);
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.delivered && c.code == Some(Code::Ok))
+    );
 }
 
 #[tokio::test]

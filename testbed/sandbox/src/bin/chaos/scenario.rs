@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::Sidecar;
 use crate::fault::Fault;
 use crate::rig::{LeaderTimings, NAMESPACE, Rig};
-use crate::workload::{Tally, Workload};
+use crate::workload::{Tally, Workload, repeated_after_ok};
 use crate::{empty_ids, garbage, thaw};
 
 /// How often progress is read.
@@ -187,6 +187,16 @@ async fn drive(
     }
     if verdict.duplicated > 0 {
         problems.push("repeated driver calls after success".to_owned());
+    }
+    // One process ran the whole row (no standby, no restart): it never had to ask the driver
+    // again for something the driver had answered OK (the stricter count of `repeated_after_ok`).
+    if rig.replicas.len() == 1 && rig.restarts() == 0 {
+        let repeated = repeated_after_ok(&rig.driver.calls());
+        if repeated > 0 {
+            problems.push(format!(
+                "{repeated} driver calls repeated after an OK answer to the same process"
+            ));
+        }
     }
     let failed_calls = rig
         .driver

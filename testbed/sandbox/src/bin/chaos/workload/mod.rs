@@ -19,7 +19,11 @@ use std::collections::{HashMap, HashSet};
 
 use futures::StreamExt as _;
 
-use testbed_mock_csi::Method;
+use proto::csi::v1::{
+    ControllerExpandVolumeRequest, ControllerPublishVolumeRequest,
+    ControllerUnpublishVolumeRequest, CreateVolumeRequest, DeleteVolumeRequest,
+};
+use testbed_mock_csi::{Method, RecordedCall};
 
 use crate::Sidecar;
 use crate::rig::Rig;
@@ -138,6 +142,84 @@ where
         .collect()
         .await;
     results.into_iter().collect()
+}
+
+/// The volume a call finishes or undoes something for, per method, for
+/// [`repeated_after_ok`]: the name of a CreateVolume, the volume of a DeleteVolume, volume and
+/// node of a publish or unpublish, volume and size of an expansion. `None` for other calls.
+fn repeat_key(call: &RecordedCall) -> Option<String> {
+    Some(match call.method {
+        Method::CreateVolume => call.decode::<CreateVolumeRequest>().ok()?.name,
+        Method::DeleteVolume => call.decode::<DeleteVolumeRequest>().ok()?.volume_id,
+        Method::ControllerPublishVolume => {
+            let r = call.decode::<ControllerPublishVolumeRequest>().ok()?;
+            format!("{}@{}", r.volume_id, r.node_id)
+        }
+        Method::ControllerUnpublishVolume => {
+            let r = call.decode::<ControllerUnpublishVolumeRequest>().ok()?;
+            format!("{}@{}", r.volume_id, r.node_id)
+        }
+        Method::ControllerExpandVolume => {
+            let r = call.decode::<ControllerExpandVolumeRequest>().ok()?;
+            format!("{}:{}", r.volume_id, r.capacity_range?.required_bytes)
+        }
+        _ => return None,
+    })
+}
+
+/// Calls (of the methods [`repeat_key`] knows) that arrived after an earlier call of the same
+/// method for the same key had been answered OK to a caller still waiting for it, with
+/// nothing undoing it in between: the sidecar held the driver's success and asked again.
+/// Undoing: an unpublish between two publishes of a volume to a node (and the other way
+/// round), a CreateVolume of the volume between two DeleteVolumes of it (the mock gives a
+/// re-created name its old id, [`testbed_mock_csi::volume_id_for`]), and the other way round.
+/// Garbled OK answers do not count as successes (the sidecar rightly asks again), nor answers
+/// to calls the sidecar had given up on. Meaningful only while one sidecar process ran the
+/// row: a replica that dies with an answer in hand takes it along.
+pub(crate) fn repeated_after_ok(calls: &[RecordedCall]) -> usize {
+    // Per method and key: the earliest OK answer since the last undo.
+    let mut succeeded: HashMap<(Method, String), tokio::time::Instant> = HashMap::new();
+    // Volume id → the CreateVolume name that made it.
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut repeated = 0;
+    for call in calls {
+        let Some(key) = repeat_key(call) else {
+            continue;
+        };
+        let undone = match call.method {
+            Method::ControllerPublishVolume => {
+                Some((Method::ControllerUnpublishVolume, key.clone()))
+            }
+            Method::ControllerUnpublishVolume => {
+                Some((Method::ControllerPublishVolume, key.clone()))
+            }
+            Method::CreateVolume => {
+                let id = testbed_mock_csi::volume_id_for(&key);
+                names.insert(id.clone(), key.clone());
+                Some((Method::DeleteVolume, id))
+            }
+            Method::DeleteVolume => names
+                .get(&key)
+                .map(|name| (Method::CreateVolume, name.clone())),
+            _ => None,
+        };
+        if let Some(undone) = undone {
+            succeeded.remove(&undone);
+        }
+        let id = (call.method, key);
+        if succeeded.get(&id).is_some_and(|ok| *ok < call.at) {
+            repeated += 1;
+        }
+        if call.code == Some(tonic::Code::Ok)
+            && call.delivered
+            && !call.garbled
+            && let Some(answered) = call.answered
+        {
+            let earliest = succeeded.entry(id).or_insert(answered);
+            *earliest = (*earliest).min(answered);
+        }
+    }
+    repeated
 }
 
 /// Per volume id: the last driver call seen before the object whose removal records the
@@ -273,6 +355,132 @@ mod tests {
         gone.note(ids(&[]), Some(12));
         let expected = HashMap::from([("a".to_owned(), Some(4)), ("b".to_owned(), Some(9))]);
         assert_eq!(gone.at(), &expected);
+    }
+
+    /// A recorded call of `method` for `request`, arriving at `at` ms, answered OK at
+    /// `answered` ms (or not at all), to a caller still waiting when `delivered`.
+    fn call<M: prost::Message>(
+        method: Method,
+        request: &M,
+        at: u64,
+        answered: Option<u64>,
+        delivered: bool,
+    ) -> RecordedCall {
+        let start = tokio::time::Instant::now();
+        let ms = |n| start + std::time::Duration::from_millis(n);
+        RecordedCall {
+            seq: at,
+            method,
+            at: ms(at),
+            request: request.encode_to_vec(),
+            code: answered.map(|_| tonic::Code::Ok),
+            message: String::new(),
+            answered: answered.map(ms),
+            garbled: false,
+            delivered,
+        }
+    }
+
+    fn publish(volume: &str) -> ControllerPublishVolumeRequest {
+        ControllerPublishVolumeRequest {
+            volume_id: volume.into(),
+            node_id: "node".into(),
+            ..Default::default()
+        }
+    }
+
+    fn unpublish(volume: &str) -> ControllerUnpublishVolumeRequest {
+        ControllerUnpublishVolumeRequest {
+            volume_id: volume.into(),
+            node_id: "node".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_call_after_an_ok_answer_for_the_same_key_is_repeated_unless_undone_or_unheard() {
+        let publish_a = Method::ControllerPublishVolume;
+        let unpublish_a = Method::ControllerUnpublishVolume;
+        let cases: Vec<(&str, Vec<RecordedCall>, usize)> = vec![
+            (
+                "publish, OK, publish again",
+                vec![
+                    call(publish_a, &publish("a"), 0, Some(5), true),
+                    call(publish_a, &publish("a"), 10, Some(15), true),
+                ],
+                1,
+            ),
+            (
+                "another volume",
+                vec![
+                    call(publish_a, &publish("a"), 0, Some(5), true),
+                    call(publish_a, &publish("b"), 10, Some(15), true),
+                ],
+                0,
+            ),
+            (
+                "the retry left before the first answer (a timeout)",
+                vec![
+                    call(publish_a, &publish("a"), 0, Some(20), true),
+                    call(publish_a, &publish("a"), 10, Some(25), true),
+                ],
+                0,
+            ),
+            (
+                "the first answer reached nobody (its caller gave up)",
+                vec![
+                    call(publish_a, &publish("a"), 0, Some(5), false),
+                    call(publish_a, &publish("a"), 10, Some(15), true),
+                ],
+                0,
+            ),
+            (
+                "unpublished in between",
+                vec![
+                    call(publish_a, &publish("a"), 0, Some(5), true),
+                    call(unpublish_a, &unpublish("a"), 6, Some(8), true),
+                    call(publish_a, &publish("a"), 10, Some(15), true),
+                ],
+                0,
+            ),
+            (
+                "the first call not answered",
+                vec![
+                    call(publish_a, &publish("a"), 0, None, true),
+                    call(publish_a, &publish("a"), 10, Some(15), true),
+                ],
+                0,
+            ),
+        ];
+        for (name, calls, want) in cases {
+            assert_eq!(repeated_after_ok(&calls), want, "{name}");
+        }
+        let mut garbled = call(publish_a, &publish("a"), 0, Some(5), true);
+        garbled.garbled = true;
+        let again = call(publish_a, &publish("a"), 10, Some(15), true);
+        assert_eq!(repeated_after_ok(&[garbled, again]), 0, "garbled");
+    }
+
+    #[test]
+    fn a_delete_after_an_ok_delete_is_repeated_unless_the_name_was_made_again() {
+        let delete = |at| {
+            let request = DeleteVolumeRequest {
+                volume_id: testbed_mock_csi::volume_id_for("pvc-1"),
+                ..Default::default()
+            };
+            call(Method::DeleteVolume, &request, at, Some(at + 1), true)
+        };
+        let create = |at| {
+            let request = CreateVolumeRequest {
+                name: "pvc-1".into(),
+                ..Default::default()
+            };
+            call(Method::CreateVolume, &request, at, Some(at + 1), true)
+        };
+        let made_again = [create(0), delete(10), create(20), delete(30)];
+        assert_eq!(repeated_after_ok(&made_again), 0, "same name, same id");
+        let deleted_twice = [create(0), delete(10), delete(20)];
+        assert_eq!(repeated_after_ok(&deleted_twice), 1);
     }
 
     #[test]
