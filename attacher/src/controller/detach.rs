@@ -82,7 +82,7 @@ async fn unpublish<D: AttachDriver>(
     let csi_node = ctx.stores.csi_node(&va.spec.node_name);
     let node_id = node::for_detach(csi_node.as_deref(), va, &ctx.settings.driver)?;
     let call = (target.volume_id.clone(), node_id.clone());
-    if ctx.settled.answer(va, &call) == Some(Done::Unpublished) {
+    if ctx.settled.unpublished(va, &call) {
         tracing::debug!(
             va = va.metadata.name.as_deref().unwrap_or_default(),
             "unpublished already, removing the finalizer"

@@ -188,11 +188,27 @@ impl Settled {
     /// The kept answer of the driver for `va` with the volume and node of `call`, if the same
     /// object's finishing write failed after it.
     pub(crate) fn answer(&self, va: &VolumeAttachment, call: &(String, String)) -> Option<Done> {
+        self.with_answer(va, call, Done::clone)
+    }
+
+    /// Whether the kept answer for `va` and `call` is an unpublish (read in place: a kept
+    /// publish answer may hold a large status).
+    pub(crate) fn unpublished(&self, va: &VolumeAttachment, call: &(String, String)) -> bool {
+        self.with_answer(va, call, |done| *done == Done::Unpublished)
+            .unwrap_or(false)
+    }
+
+    fn with_answer<R>(
+        &self,
+        va: &VolumeAttachment,
+        call: &(String, String),
+        read: impl FnOnce(&Done) -> R,
+    ) -> Option<R> {
         let name = va.metadata.name.as_deref()?;
         let uid = va.metadata.uid.as_deref()?;
         let inner = self.lock();
         let answer = inner.answers.get(name)?;
-        (answer.uid == uid && answer.call == *call).then(|| answer.done.clone())
+        (answer.uid == uid && answer.call == *call).then(|| read(&answer.done))
     }
 
     /// Nothing is pending for `name` (it is up to date, or the reconciler asks for the
