@@ -56,6 +56,14 @@ fn per_operation<'a>(report: &'a str, per: &str, verb: &str, resource: &str) -> 
         .unwrap_or_else(|| panic!("no {verb} {resource} row per {per} in:\n{report}"))
 }
 
+/// The report's row that begins with `start`.
+fn timed_row<'a>(report: &'a str, start: &str) -> &'a str {
+    report
+        .lines()
+        .find(|line| line.starts_with(start))
+        .unwrap_or_else(|| panic!("no row {start:?} in\n{report}"))
+}
+
 #[tokio::test]
 async fn the_provisioner_bench_runs_and_saves_one_pv_per_claim() {
     let report = bench("provisioner", &["--claims=5", "--cached=0"]).await;
@@ -65,6 +73,11 @@ async fn the_provisioner_bench_runs_and_saves_one_pv_per_claim() {
         row.starts_with("| create | persistentvolumes | 5 | 1.00 |"),
         "{row}"
     );
+    // The start-up read by the sidecar's own log timestamps: the real log format parses.
+    for name in ["start to its first log line", "start to caches synced"] {
+        let row = timed_row(&report, &format!("| {name}, by its log's clock | "));
+        assert!(row.ends_with(" ms |"), "{row}");
+    }
 }
 
 #[tokio::test]
@@ -92,6 +105,11 @@ async fn the_attacher_bench_runs_and_writes_each_status_once() {
             .contains("| fresh start with 5 PVs and VAs stored: start to caches synced (ready) | "),
         "{report}"
     );
+    let row = timed_row(
+        &report,
+        "| empty cluster: start to caches synced, by its log's clock | ",
+    );
+    assert!(row.ends_with(" ms |"), "{row}");
 }
 
 #[tokio::test]

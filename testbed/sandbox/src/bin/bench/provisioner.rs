@@ -517,13 +517,13 @@ pub(crate) async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<Report
         setup::sidecar_args(&cluster, http, args.client_flags(), "--worker-threads");
     let log = work_dir.join(format!("{PROVISIONER}.log"));
     let requests_before = cluster.server.requests().snapshot_of(PROVISIONER);
-    let spawned = Instant::now();
+    let spawned = startup::Spawned::now();
     let (mut provisioner, ready) =
         setup::start_sidecar(PROVISIONER, &binary, &provisioner_args, &log, http).await?;
     let mut measured = Measured::default();
     match ready {
         Ok(()) => {
-            measured.startup.http = Some(spawned.elapsed());
+            measured.startup.http = Some(spawned.at.elapsed());
             let timeout = Duration::from_secs(args.timeout_secs);
             let queues = [("volumes", args.cached), ("claims", args.cached)];
             if let Err(e) = startup::milestones(

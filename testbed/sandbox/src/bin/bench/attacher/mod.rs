@@ -368,21 +368,40 @@ pub(crate) async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<Report
     let attacher_args =
         setup::sidecar_args(&cluster, http, args.client_flags(), "--worker-threads");
     let log = work_dir.join(format!("{ATTACHER}.log"));
-    let (attacher, ready) =
+    let before = cluster.server.requests().snapshot_of(ATTACHER);
+    let spawned = startup::Spawned::now();
+    let (mut attacher, ready) =
         setup::start_sidecar(ATTACHER, &binary, &attacher_args, &log, http).await?;
     let mut measured = Measured::default();
+    let timeout = Duration::from_secs(args.timeout_secs);
     match (ready, attacher.pid()) {
         (Ok(()), Some(pid)) => {
+            measured.startup.http = Some(spawned.at.elapsed());
+            // An empty cluster: no queue has stored objects to wait for.
+            let synced = startup::milestones(
+                &cluster.server,
+                &mut attacher,
+                (ATTACHER, http),
+                (spawned, &before),
+                &[],
+                timeout,
+                &mut measured.startup,
+            )
+            .await;
             let bench = Bench {
                 server: &cluster.server,
                 client: cluster.server.client(),
                 pid,
                 http,
                 attachments: args.attachments,
-                timeout: Duration::from_secs(args.timeout_secs),
+                timeout,
                 settle: Duration::from_secs(args.settle_secs),
             };
-            if let Err(e) = measure(&bench, &cluster.driver, args.cached, &mut measured).await {
+            if let Err(e) = synced {
+                measured.failures.push(format!("{e:#}"));
+            } else if let Err(e) =
+                measure(&bench, &cluster.driver, args.cached, &mut measured).await
+            {
                 measured.failures.push(format!("{e:#}"));
             }
         }

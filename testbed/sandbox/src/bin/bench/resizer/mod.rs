@@ -300,21 +300,38 @@ pub(crate) async fn run(args: &Args, argv: Vec<String>) -> anyhow::Result<Report
     let http = process::free_port().context("no free port")?;
     let resizer_args = setup::sidecar_args(&cluster, http, args.client_flags(), "--workers");
     let log = work_dir.join(format!("{RESIZER}.log"));
-    let (resizer, ready) =
+    let before = cluster.server.requests().snapshot_of(RESIZER);
+    let spawned = startup::Spawned::now();
+    let (mut resizer, ready) =
         setup::start_sidecar(RESIZER, &binary, &resizer_args, &log, http).await?;
     let mut measured = Measured::default();
+    let timeout = Duration::from_secs(args.timeout_secs);
     match (ready, resizer.pid()) {
         (Ok(()), Some(pid)) => {
+            measured.startup.http = Some(spawned.at.elapsed());
+            // An empty cluster: no queue has stored objects to wait for.
+            let synced = startup::milestones(
+                &cluster.server,
+                &mut resizer,
+                (RESIZER, http),
+                (spawned, &before),
+                &[],
+                timeout,
+                &mut measured.startup,
+            )
+            .await;
             let bench = Bench {
                 server: &cluster.server,
                 client: cluster.server.client(),
                 pid,
                 http,
                 expansions: args.expansions,
-                timeout: Duration::from_secs(args.timeout_secs),
+                timeout,
                 settle: Duration::from_secs(args.settle_secs),
             };
-            if let Err(e) = measure(&bench, &cluster.driver, args, &mut measured).await {
+            if let Err(e) = synced {
+                measured.failures.push(format!("{e:#}"));
+            } else if let Err(e) = measure(&bench, &cluster.driver, args, &mut measured).await {
                 measured.failures.push(format!("{e:#}"));
             }
         }

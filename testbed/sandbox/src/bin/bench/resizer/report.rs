@@ -31,6 +31,8 @@ pub(crate) const UPSTREAM_START: [Expected; 3] = [
 /// What one run measured.
 #[derive(Debug, Default)]
 pub(crate) struct Measured {
+    /// The first start, on an empty cluster.
+    pub(crate) startup: StartUp,
     pub(crate) rss_idle_kib: Option<u64>,
     pub(crate) cache: Option<CacheLoad>,
     pub(crate) expand: Phase,
@@ -101,6 +103,7 @@ impl Report {
         let mut row = |name: &str, value: String| {
             let _ = writeln!(s, "| {name} | {value} |");
         };
+        startup::rows(&mut row, "empty cluster: ", &m.startup);
         row("RSS at idle after start-up", or_na(m.rss_idle_kib.map(kib)));
         row(
             "cache load: store to every claim queued and synced",
