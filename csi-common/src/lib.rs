@@ -2,7 +2,8 @@
 //! readiness probing, gRPC status classification and the CSI error type, CSI call metrics and
 //! logging, client-go style Events, the Secrets CSI calls carry, the diagnostics HTTP server, the
 //! `:authority` repair for gRPC servers, Lease-based leader election, command-line flags, logging
-//! set-up, the Kubernetes client, Go's `%q`, shutdown signals and the version string; and for the
+//! set-up, the Kubernetes client, Go's `%q`, shutdown signals, the version string and the
+//! translation of in-tree volumes for CSI migration; and for the
 //! controller sidecars (csi-provisioner, csi-attacher, csi-resizer) the work queue, the controller
 //! runtime that drains it ([`controller`]) and the start-up wiring and run loop of the whole
 //! process ([`sidecar`]).
@@ -30,6 +31,7 @@ pub mod leader;
 pub mod logging;
 pub mod memory;
 pub mod metrics;
+pub mod migration;
 pub mod quantity;
 pub mod quote;
 pub mod rpc_log;
