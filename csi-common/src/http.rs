@@ -15,7 +15,8 @@ use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use tokio::net::{TcpListener, TcpSocket};
+use axum::serve::ListenerExt as _;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use crate::metrics::{CsiMetrics, TEXT_CONTENT_TYPE};
 
@@ -215,10 +216,20 @@ impl Listener {
         router: Router,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<()> {
-        axum::serve(self.listener, router)
+        axum::serve(self.listener.tap_io(without_nagle), router)
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(Error::Serve)
+    }
+}
+
+/// Turns Nagle's algorithm off on an accepted connection, as the Go HTTP server of the upstream
+/// sidecars does on every TCP connection (net.TCPConn, SetNoDelay's default): with it on, a
+/// response written in two pieces (headers, then a body) waits for the scraper's or kubelet's
+/// delayed ACK of the first, up to 40 ms on Linux.
+fn without_nagle(connection: &mut TcpStream) {
+    if let Err(e) = connection.set_nodelay(true) {
+        tracing::debug!(error = %e, "TCP_NODELAY not set");
     }
 }
 
@@ -322,5 +333,16 @@ mod tests {
             Listener::bind(&addr.to_string()).await,
             Err(Error::Listen { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn accepted_connections_have_nagles_algorithm_off_as_in_go() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, _client) = tokio::join!(listener.accept(), TcpStream::connect(addr));
+        let (mut connection, _) = accepted.unwrap();
+        assert!(!connection.nodelay().unwrap(), "tokio's default");
+        without_nagle(&mut connection);
+        assert!(connection.nodelay().unwrap());
     }
 }

@@ -309,6 +309,10 @@ pub fn client_builder_with_idle_timeout(
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
+    // client-go dials with Go's defaults, Nagle's algorithm off (net.TCPConn); hyper's
+    // connector leaves it on, so a request written in pieces would wait for the server's
+    // delayed ACK.
+    http.set_nodelay(true);
     let https = config
         .rustls_https_connector_with_connector(http)
         .map_err(Error::Build)?;

@@ -34,6 +34,14 @@ impl axum::serve::Listener for KillableListener {
         loop {
             match self.listener.accept().await {
                 Ok((io, addr)) => {
+                    // kube-apiserver is a Go server, and Go turns Nagle's algorithm off on
+                    // every TCP connection (net.TCPConn, SetNoDelay's default). With it on, a
+                    // watch's first event waited for the client's delayed ACK of the response
+                    // headers: a fixed 40 ms on a sidecar's start that the real server never
+                    // adds (docs/bench.md, "Start-to-ready by the sidecar's own clock").
+                    if let Err(e) = io.set_nodelay(true) {
+                        tracing::debug!(error = %e, "TCP_NODELAY not set");
+                    }
                     let mut killed = self.killed.clone();
                     let killed = Box::pin(async move {
                         // An error means the sender is gone: the server is gone too.
@@ -142,6 +150,19 @@ mod tests {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     use super::*;
+
+    #[tokio::test]
+    async fn connections_are_accepted_without_nagles_algorithm_as_go_accepts_them() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_kill, killed) = watch::channel(false);
+        let mut listener = KillableListener::new(listener, killed);
+        let ((connection, _), _client) = tokio::join!(
+            axum::serve::Listener::accept(&mut listener),
+            TcpStream::connect(addr)
+        );
+        assert!(connection.io.nodelay().unwrap());
+    }
 
     #[tokio::test]
     async fn every_read_and_write_after_the_kill_fails_and_none_panics() {
