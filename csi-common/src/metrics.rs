@@ -104,10 +104,76 @@ pub struct CsiMetrics {
 #[derive(Debug)]
 struct Inner {
     registry: Registry,
-    operations: HistogramVec,
+    operations: Arc<RwLock<Operations>>,
     driver_name: RwLock<String>,
     scrapes: Option<Scrapes>,
 }
+
+/// `csi_sidecar_operations_seconds`, with or without the `migrated` label.
+#[derive(Debug)]
+struct Operations {
+    histogram: HistogramVec,
+    migrated_label: bool,
+}
+
+impl Operations {
+    fn new(migrated_label: bool) -> Result<Self> {
+        let base = ["driver_name", "method_name", "grpc_status_code"];
+        let labels: &[&str] = if migrated_label {
+            &[
+                "driver_name",
+                "method_name",
+                "grpc_status_code",
+                MIGRATED_LABEL,
+            ]
+        } else {
+            &base
+        };
+        let histogram = HistogramVec::new(
+            HistogramOpts::new(OPERATIONS_METRIC, OPERATIONS_HELP)
+                .buckets(OPERATION_BUCKETS.to_vec()),
+            labels,
+        )
+        .map_err(Error::Register)?;
+        Ok(Self {
+            histogram,
+            migrated_label,
+        })
+    }
+}
+
+/// What the registry holds for `csi_sidecar_operations_seconds`: the family as it is now,
+/// with or without `migrated`. The registry refuses a second family of one name with other
+/// labels even after the first is unregistered, so the switch happens behind this collector
+/// (registered once, described by the family it started with).
+struct OperationsCollector {
+    operations: Arc<RwLock<Operations>>,
+    desc: Vec<Desc>,
+}
+
+impl Collector for OperationsCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.desc.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.operations
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .histogram
+            .collect()
+    }
+}
+
+/// The label csi-lib-utils adds to the operations of a CSI-migration driver
+/// (`metrics.LabelMigrated`, `WithMigration`).
+const MIGRATED_LABEL: &str = "migrated";
+
+/// Marks a CSI call as one about a translated in-tree volume: put into the `tonic::Request`'s
+/// extensions, it makes the call's sample `migrated="true"` once [`CsiMetrics::label_migrated`]
+/// is on (csi-lib-utils' `AdditionalInfo{Migrated: "true"}` in the call's context).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migrated;
 
 /// promhttp's handler metrics.
 #[derive(Debug)]
@@ -160,14 +226,14 @@ impl CsiMetrics {
     /// Only if registration fails, which would be a programming error (duplicate families).
     pub fn with_scrape_metrics(process: ProcessMetrics, scrapes: ScrapeMetrics) -> Result<Self> {
         let registry = Registry::new();
-        let operations = HistogramVec::new(
-            HistogramOpts::new(OPERATIONS_METRIC, OPERATIONS_HELP)
-                .buckets(OPERATION_BUCKETS.to_vec()),
-            &["driver_name", "method_name", "grpc_status_code"],
-        )
-        .map_err(Error::Register)?;
+        let operations = Operations::new(false)?;
+        let desc = operations.histogram.desc().into_iter().cloned().collect();
+        let operations = Arc::new(RwLock::new(operations));
         registry
-            .register(Box::new(operations.clone()))
+            .register(Box::new(OperationsCollector {
+                operations: Arc::clone(&operations),
+                desc,
+            }))
             .map_err(Error::Register)?;
         registry
             .register(Box::new(ProcessCollector::new(process)))
@@ -208,16 +274,56 @@ impl CsiMetrics {
             .clone()
     }
 
+    /// Gives `csi_sidecar_operations_seconds` the `migrated` label, as upstream does for a
+    /// CSI-migration driver (`csi_common::migration::is_migration_driver`): its `main` replaces
+    /// the first metrics manager with one built `WithMigration`, so the samples recorded before
+    /// (GetPluginInfo, the first Probe) are not served, and every later call carries
+    /// `migrated`, `"true"` for a call marked [`Migrated`], else `"false"`. Idempotent.
+    ///
+    /// # Errors
+    /// Only if the new family cannot be built (a programming error).
+    pub fn label_migrated(&self) -> Result<()> {
+        let mut operations = self
+            .inner
+            .operations
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if operations.migrated_label {
+            return Ok(());
+        }
+        *operations = Operations::new(true)?;
+        Ok(())
+    }
+
     /// Records one finished CSI call.
     ///
     /// `method` is the full gRPC method (`/csi.v1.Identity/Probe`); `code` is the gRPC status the
-    /// call ended with, or `None` for an error that carried no status (`unknown-non-grpc`).
-    pub fn record_operation(&self, method: &str, code: Option<tonic::Code>, elapsed: Duration) {
+    /// call ended with, or `None` for an error that carried no status (`unknown-non-grpc`);
+    /// `migrated`: the call was marked [`Migrated`].
+    pub fn record_operation(
+        &self,
+        method: &str,
+        code: Option<tonic::Code>,
+        elapsed: Duration,
+        migrated: bool,
+    ) {
         let code = code.map_or(NON_GRPC_ERROR, status::code_name);
         let driver = self.driver_name();
-        self.inner
+        let operations = self
+            .inner
             .operations
-            .with_label_values(&[driver.as_str(), method, code])
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let migrated = if migrated { "true" } else { "false" };
+        let labels = [driver.as_str(), method, code, migrated];
+        let labels = if operations.migrated_label {
+            &labels[..]
+        } else {
+            &labels[..3]
+        };
+        operations
+            .histogram
+            .with_label_values(labels)
             .observe(elapsed.as_secs_f64());
     }
 
@@ -575,12 +681,14 @@ mod tests {
             "/csi.v1.Identity/GetPluginInfo",
             Some(tonic::Code::Ok),
             Duration::from_millis(4),
+            false,
         );
         metrics.set_driver_name("hostpath.csi.k8s.io");
         metrics.record_operation(
             "/csi.v1.Identity/Probe",
             Some(tonic::Code::DeadlineExceeded),
             Duration::from_secs(3),
+            false,
         );
         let text = metrics.render().unwrap();
 
@@ -623,11 +731,53 @@ mod tests {
     #[test]
     fn a_call_without_grpc_status_is_labelled_unknown_non_grpc() {
         let metrics = CsiMetrics::new(ProcessMetrics::StartTimeOnly).unwrap();
-        metrics.record_operation("/csi.v1.Identity/Probe", None, Duration::from_millis(1));
+        metrics.record_operation(
+            "/csi.v1.Identity/Probe",
+            None,
+            Duration::from_millis(1),
+            false,
+        );
         let text = metrics.render().unwrap();
         assert!(
             text.contains("grpc_status_code=\"unknown-non-grpc\""),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_migration_drivers_operations_carry_migrated_and_drop_the_samples_before() {
+        let metrics = CsiMetrics::new(ProcessMetrics::StartTimeOnly).unwrap();
+        let ok = Some(tonic::Code::Ok);
+        let ms = Duration::from_millis(1);
+        metrics.record_operation("/csi.v1.Identity/GetPluginInfo", ok, ms, false);
+        metrics.set_driver_name("ebs.csi.aws.com");
+        metrics.label_migrated().unwrap();
+        metrics.label_migrated().unwrap();
+        metrics.record_operation("/csi.v1.Identity/Probe", ok, ms, false);
+        let publish = "/csi.v1.Controller/ControllerPublishVolume";
+        metrics.record_operation(publish, ok, ms, true);
+        metrics.record_operation(publish, ok, ms, false);
+        let counts: Vec<String> = metrics
+            .render()
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("csi_sidecar_operations_seconds_count"))
+            .map(str::to_owned)
+            .collect();
+        let series = |method: &str, migrated: &str| {
+            format!(
+                "csi_sidecar_operations_seconds_count{{driver_name=\"ebs.csi.aws.com\",grpc_status_code=\"OK\",method_name=\"{method}\",migrated=\"{migrated}\"}} 1"
+            )
+        };
+        // Labels in alphabetical order, as csi-lib-utils serves them; GetPluginInfo's sample
+        // went with the first family, as upstream's went with its first metrics manager.
+        assert_eq!(
+            counts,
+            [
+                series(publish, "false"),
+                series(publish, "true"),
+                series("/csi.v1.Identity/Probe", "false"),
+            ]
         );
     }
 

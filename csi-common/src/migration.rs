@@ -42,7 +42,7 @@ pub enum Plugin {
 }
 
 impl Plugin {
-    /// Every plugin, in csi-translation-lib's order.
+    /// Every plugin.
     pub const ALL: [Plugin; 7] = [
         Plugin::GcePd,
         Plugin::AwsEbs,

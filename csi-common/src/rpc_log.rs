@@ -50,7 +50,7 @@ use tonic::{Code, Status};
 use tower::{Layer, Service, ServiceExt as _};
 
 use crate::fence::{Fence, NotLeading};
-use crate::metrics::CsiMetrics;
+use crate::metrics::{CsiMetrics, Migrated};
 
 /// The gRPC deadline header (gRPC over HTTP/2 spec: `grpc-timeout`).
 pub const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
@@ -236,7 +236,14 @@ where
     if let Some(value) = timeout.and_then(encode_grpc_timeout) {
         request.headers_mut().insert(GRPC_TIMEOUT_HEADER, value);
     }
-    let mut record = CallRecord::new(Arc::clone(&shared), request.uri().path().to_owned(), start);
+    // tonic hands a `tonic::Request`'s extensions over to the HTTP request.
+    let migrated = request.extensions().get::<Migrated>().is_some();
+    let mut record = CallRecord::new(
+        Arc::clone(&shared),
+        request.uri().path().to_owned(),
+        start,
+        migrated,
+    );
 
     if let Some(log) = &shared.log {
         request = match log_request(&log.types, &record.method, request).await {
@@ -400,17 +407,20 @@ struct CallRecord {
     shared: Arc<Shared>,
     method: String,
     start: Instant,
+    /// The call was marked [`Migrated`] (its metric's `migrated` label).
+    migrated: bool,
     finished: bool,
     /// The gRPC-framed response bytes seen so far; only filled while logging.
     response: Vec<u8>,
 }
 
 impl CallRecord {
-    fn new(shared: Arc<Shared>, method: String, start: Instant) -> Self {
+    fn new(shared: Arc<Shared>, method: String, start: Instant, migrated: bool) -> Self {
         Self {
             shared,
             method,
             start,
+            migrated,
             finished: false,
             response: Vec::new(),
         }
@@ -426,9 +436,12 @@ impl CallRecord {
         if self.finished {
             return;
         }
-        self.shared
-            .metrics
-            .record_operation(&self.method, Some(code), self.start.elapsed());
+        self.shared.metrics.record_operation(
+            &self.method,
+            Some(code),
+            self.start.elapsed(),
+            self.migrated,
+        );
         self.end(code, message);
     }
 

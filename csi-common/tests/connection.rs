@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use csi_common::connection::{self, ConnectOptions, Connection, ConnectionLoss, CsiAddress};
-use csi_common::metrics::{CsiMetrics, ProcessMetrics};
+use csi_common::metrics::{CsiMetrics, Migrated, ProcessMetrics};
 use futures::FutureExt as _;
 use proto::csi::v1::identity_client::IdentityClient;
 use proto::csi::v1::identity_server::{Identity, IdentityServer};
@@ -307,6 +307,30 @@ async fn calls_are_recorded_with_method_and_code_labels() {
         2,
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn a_call_marked_migrated_is_labelled_so_once_the_label_is_on() {
+    let (_dir, path, address) = socket();
+    let _server = Server::start(&path, Driver::default());
+    let metrics = metrics();
+    metrics.label_migrated().unwrap();
+    let (conn, _loss) = connection::connect(&address, quick(), metrics.clone())
+        .await
+        .unwrap();
+    let mut client = IdentityClient::new(conn.channel());
+    let mut marked = tonic::Request::new(ProbeRequest {});
+    marked.extensions_mut().insert(Migrated);
+    client.probe(marked).await.unwrap();
+    client.probe(ProbeRequest {}).await.unwrap();
+
+    let text = metrics.render().unwrap();
+    for migrated in ["true", "false"] {
+        let line = format!(
+            "csi_sidecar_operations_seconds_count{{driver_name=\"unknown-driver\",grpc_status_code=\"OK\",method_name=\"/csi.v1.Identity/Probe\",migrated=\"{migrated}\"}} 1"
+        );
+        assert!(text.contains(&line), "{line} in {text}");
+    }
 }
 
 #[tokio::test]

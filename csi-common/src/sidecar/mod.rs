@@ -97,7 +97,7 @@ use crate::kube_client::{self, KubeClientConfig, RateLimitLayer};
 use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeaderHealth};
 use crate::metrics::{self, CsiMetrics, ProcessMetrics, ScrapeMetrics};
 use crate::workqueue::metrics::WorkQueueMetrics;
-use crate::{identity, logging, workqueue};
+use crate::{identity, logging, migration, workqueue};
 
 pub use prepare::{Prepared, finish, prepare};
 pub use settings::{
@@ -580,6 +580,15 @@ async fn discover(
         .await
         .map_err(Error::Identity)?;
     metrics.set_driver_name(&name);
+    if migration::is_migration_driver(&name) {
+        // Upstream's main, for a driver in-tree volumes migrated to: a second metrics manager
+        // with the `migrated` label and a second connection replace the first, which is
+        // probed again (its Probe is the first sample served).
+        metrics.label_migrated().map_err(Error::Metrics)?;
+        identity::probe_until_ready(connection, timeout)
+            .await
+            .map_err(Error::Probe)?;
+    }
     let plugin = identity::plugin_capabilities(connection, timeout)
         .await
         .map_err(Error::Identity)?;
