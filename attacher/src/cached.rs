@@ -27,11 +27,15 @@
 //! shared with the resizer.
 
 use csi_common::cached::{self, meta_without_managed_fields, required, sorted_pairs};
-use k8s_openapi::api::core::v1::SecretReference;
+use csi_common::migration::{self, InTreeSource};
+use k8s_openapi::api::core::v1::{
+    AWSElasticBlockStoreVolumeSource, AzureDiskVolumeSource, AzureFilePersistentVolumeSource,
+    CinderPersistentVolumeSource, GCEPersistentDiskVolumeSource, PortworxVolumeSource,
+    SecretReference, VsphereVirtualDiskVolumeSource,
+};
 use k8s_openapi::api::storage::v1::VolumeAttachmentStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 
 /// The fields of a `storage.k8s.io/v1` VolumeAttachment the attacher reads.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -109,20 +113,49 @@ pub(crate) struct PersistentVolumeSpec {
     pub(crate) volume_mode: Option<String>,
     /// The CSI volume.
     pub(crate) csi: Option<CsiSource>,
-    /// The in-tree sources csi-translation-lib migrates: only whether they are set matters.
-    pub(crate) aws_elastic_block_store: Option<IgnoredAny>,
+    /// The in-tree sources csi-translation-lib migrates, translated at attach and detach (CSI
+    /// migration). Boxed: 8 bytes each on the PVs that have none, nearly all of them.
+    pub(crate) aws_elastic_block_store: Option<Box<AWSElasticBlockStoreVolumeSource>>,
     /// See `aws_elastic_block_store`.
-    pub(crate) gce_persistent_disk: Option<IgnoredAny>,
+    pub(crate) gce_persistent_disk: Option<Box<GCEPersistentDiskVolumeSource>>,
     /// See `aws_elastic_block_store`.
-    pub(crate) azure_disk: Option<IgnoredAny>,
+    pub(crate) azure_disk: Option<Box<AzureDiskVolumeSource>>,
     /// See `aws_elastic_block_store`.
-    pub(crate) azure_file: Option<IgnoredAny>,
+    pub(crate) azure_file: Option<Box<AzureFilePersistentVolumeSource>>,
     /// See `aws_elastic_block_store`.
-    pub(crate) cinder: Option<IgnoredAny>,
+    pub(crate) cinder: Option<Box<CinderPersistentVolumeSource>>,
     /// See `aws_elastic_block_store`.
-    pub(crate) vsphere_volume: Option<IgnoredAny>,
+    pub(crate) vsphere_volume: Option<Box<VsphereVirtualDiskVolumeSource>>,
     /// See `aws_elastic_block_store`.
-    pub(crate) portworx_volume: Option<IgnoredAny>,
+    pub(crate) portworx_volume: Option<Box<PortworxVolumeSource>>,
+    /// The bound claim's namespace, the Secret namespace of a migrated Azure File share that
+    /// names none; [`trim_volume`] keeps it for those alone.
+    pub(crate) claim_ref: Option<Box<ClaimRef>>,
+}
+
+impl PersistentVolumeSpec {
+    /// The in-tree source csi-translation-lib would translate, if the spec has one (its
+    /// `IsPVMigratable`; the API server lets a PV have one volume source at most).
+    pub(crate) fn in_tree_source(&self) -> Option<InTreeSource<'_>> {
+        None.or_else(|| self.gce_persistent_disk.as_deref().map(InTreeSource::GcePd))
+            .or_else(|| {
+                self.aws_elastic_block_store
+                    .as_deref()
+                    .map(InTreeSource::AwsEbs)
+            })
+            .or_else(|| self.cinder.as_deref().map(InTreeSource::Cinder))
+            .or_else(|| self.azure_disk.as_deref().map(InTreeSource::AzureDisk))
+            .or_else(|| self.azure_file.as_deref().map(InTreeSource::AzureFile))
+            .or_else(|| self.vsphere_volume.as_deref().map(InTreeSource::Vsphere))
+            .or_else(|| self.portworx_volume.as_deref().map(InTreeSource::Portworx))
+    }
+}
+
+/// What the attacher reads of a PV's `spec.claimRef`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub(crate) struct ClaimRef {
+    /// The claim's namespace.
+    pub(crate) namespace: Option<String>,
 }
 
 /// What the attacher reads of a `CSIPersistentVolumeSource`. Not the driver name (a
@@ -167,15 +200,42 @@ pub(crate) fn trim_attachment(va: &mut VolumeAttachment) {
     }
 }
 
-/// What the PersistentVolume cache drops: the metadata the attacher never reads (labels,
-/// annotations, owner references, `managedFields`). PVs are only looked up by name and their
-/// updates are filtered on `deletionTimestamp` and `finalizers` alone.
+/// What the PersistentVolume cache drops: the metadata the attacher never reads (owner
+/// references, `managedFields`, and every label and annotation but the few CSI migration
+/// reads: the zone labels of a GCE PD, the `migrated-to` annotation of the rollback rule, the
+/// resource group of an Azure File share), and the claim reference of all but Azure File PVs.
+/// PVs are only looked up by name and their updates are filtered on `deletionTimestamp`,
+/// `finalizers` and `migrated-to`.
 pub(crate) fn trim_volume(pv: &mut PersistentVolume) {
     let meta = &mut pv.metadata;
     csi_common::informer::trim_managed_fields(meta);
-    meta.labels = None;
-    meta.annotations = None;
+    keep_only(
+        &mut meta.labels,
+        &[migration::BETA_ZONE_LABEL, migration::ZONE_LABEL],
+    );
+    keep_only(
+        &mut meta.annotations,
+        &[
+            migration::MIGRATED_TO_ANNOTATION,
+            migration::AZURE_FILE_RESOURCE_GROUP_ANNOTATION,
+        ],
+    );
     meta.owner_references = None;
+    if let Some(spec) = pv.spec.as_mut()
+        && spec.azure_file.is_none()
+    {
+        spec.claim_ref = None;
+    }
+}
+
+/// `map` with only the `keys` (`None` when none of them is there).
+fn keep_only(map: &mut Option<std::collections::BTreeMap<String, String>>, keys: &[&str]) {
+    if let Some(entries) = map.as_mut() {
+        entries.retain(|key, _| keys.contains(&key.as_str()));
+        if entries.is_empty() {
+            *map = None;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -297,24 +357,29 @@ mod tests {
             (None, None) => {}
             other => panic!("CSI source read differently: {other:?}"),
         }
-        let in_tree = [
-            (
-                projection.aws_elastic_block_store,
-                real.aws_elastic_block_store.is_some(),
-            ),
-            (
-                projection.gce_persistent_disk,
-                real.gce_persistent_disk.is_some(),
-            ),
-            (projection.azure_disk, real.azure_disk.is_some()),
-            (projection.azure_file, real.azure_file.is_some()),
-            (projection.cinder, real.cinder.is_some()),
-            (projection.vsphere_volume, real.vsphere_volume.is_some()),
-            (projection.portworx_volume, real.portworx_volume.is_some()),
-        ];
-        for (i, (kept, set)) in in_tree.into_iter().enumerate() {
-            assert_eq!(kept.is_some(), set, "in-tree source {i}");
-        }
+        assert_eq!(
+            projection.aws_elastic_block_store.as_deref(),
+            real.aws_elastic_block_store.as_ref()
+        );
+        assert_eq!(
+            projection.gce_persistent_disk.as_deref(),
+            real.gce_persistent_disk.as_ref()
+        );
+        assert_eq!(projection.azure_disk.as_deref(), real.azure_disk.as_ref());
+        assert_eq!(projection.azure_file.as_deref(), real.azure_file.as_ref());
+        assert_eq!(projection.cinder.as_deref(), real.cinder.as_ref());
+        assert_eq!(
+            projection.vsphere_volume.as_deref(),
+            real.vsphere_volume.as_ref()
+        );
+        assert_eq!(
+            projection.portworx_volume.as_deref(),
+            real.portworx_volume.as_ref()
+        );
+        assert_eq!(
+            projection.claim_ref.as_ref().map(|c| &c.namespace),
+            real.claim_ref.as_ref().map(|c| &c.namespace)
+        );
     }
 
     fn assert_same_attachment(json: Value) {
@@ -375,6 +440,54 @@ mod tests {
         in_tree["spec"]["gcePersistentDisk"] = json!({"pdName": "disk"});
         in_tree["spec"]["nfs"] = json!({"server": "nfs.example.com", "path": "/export"});
         assert_same_volume(in_tree);
+
+        // Every in-tree source CSI migration translates, each field set (one object holds
+        // them all only to read them all).
+        let mut in_tree = volume_json();
+        in_tree["spec"]["csi"] = Value::Null;
+        for (key, source) in in_tree_sources() {
+            in_tree["spec"][key] = source;
+        }
+        assert_same_volume(in_tree);
+    }
+
+    fn in_tree_sources() -> [(&'static str, Value); 7] {
+        [
+            (
+                "awsElasticBlockStore",
+                json!({"volumeID": "aws://us-east-1a/vol-1", "fsType": "ext4",
+                                             "partition": 1, "readOnly": true}),
+            ),
+            (
+                "gcePersistentDisk",
+                json!({"pdName": "disk", "fsType": "ext4", "partition": 2,
+                                          "readOnly": true}),
+            ),
+            (
+                "azureDisk",
+                json!({"diskName": "d", "diskURI": "/subscriptions/s/d", "kind": "Managed",
+                                  "cachingMode": "ReadOnly", "fsType": "ext4", "readOnly": true}),
+            ),
+            (
+                "azureFile",
+                json!({"secretName": "azure-storage-account-a-secret",
+                                  "secretNamespace": "ns", "shareName": "share", "readOnly": true}),
+            ),
+            (
+                "cinder",
+                json!({"volumeID": "c-1", "fsType": "ext4", "readOnly": true,
+                               "secretRef": {"name": "s", "namespace": "ns"}}),
+            ),
+            (
+                "vsphereVolume",
+                json!({"volumePath": "[ds] v.vmdk", "fsType": "ext4",
+                                      "storagePolicyName": "gold", "storagePolicyID": "1"}),
+            ),
+            (
+                "portworxVolume",
+                json!({"volumeID": "px-1", "fsType": "xfs", "readOnly": true}),
+            ),
+        ]
     }
 
     #[test]
@@ -428,6 +541,7 @@ mod tests {
         want.metadata.labels = None;
         want.metadata.annotations = None;
         want.metadata.owner_references = None;
+        want.spec.as_mut().unwrap().claim_ref = None;
         trim_volume(&mut pv);
         assert_eq!(pv, want);
         assert!(
@@ -442,6 +556,51 @@ mod tests {
                     .is_some_and(|f| f.len() == 3),
             "a PersistentVolume keeps what lookups, filters, patches and events read"
         );
+
+        // An in-tree PV keeps what CSI migration reads: the zone labels, the migrated-to and
+        // resource-group annotations, and for an Azure File share its claim's namespace.
+        let mut json = volume_json();
+        json["metadata"]["labels"] = json!({
+            "team": "storage",
+            "failure-domain.beta.kubernetes.io/zone": "us-central1-a",
+            "topology.kubernetes.io/zone": "us-central1-a",
+        });
+        json["metadata"]["annotations"] = json!({
+            "pv.kubernetes.io/provisioned-by": "kubernetes.io/azure-file",
+            "pv.kubernetes.io/migrated-to": "file.csi.azure.com",
+            "kubernetes.io/azure-file-resource-group": "rg",
+        });
+        json["spec"]["csi"] = Value::Null;
+        json["spec"]["azureFile"] = in_tree_sources()[3].1.clone();
+        let mut pv: PersistentVolume = serde_json::from_value(json).unwrap();
+        trim_volume(&mut pv);
+        let meta = &pv.metadata;
+        let keys = |map: &Option<std::collections::BTreeMap<String, String>>| {
+            map.iter()
+                .flatten()
+                .map(|(k, _)| k.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            keys(&meta.labels),
+            [
+                "failure-domain.beta.kubernetes.io/zone",
+                "topology.kubernetes.io/zone"
+            ]
+        );
+        assert_eq!(
+            keys(&meta.annotations),
+            [
+                "kubernetes.io/azure-file-resource-group",
+                "pv.kubernetes.io/migrated-to"
+            ]
+        );
+        let spec = pv.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.claim_ref.as_ref().and_then(|c| c.namespace.as_deref()),
+            Some("fixtures")
+        );
+        assert!(spec.azure_file.is_some());
     }
 
     #[test]

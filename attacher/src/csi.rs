@@ -6,6 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use csi_common::connection::{Connection, CsiChannel};
+use csi_common::metrics::Migrated;
 use csi_common::status::CsiError;
 use proto::csi::v1::controller_client::ControllerClient;
 use proto::csi::v1::{
@@ -15,16 +16,19 @@ use proto::csi::v1::{
 
 /// The controller RPCs of external-attacher's `attacher.Attacher` and `CSIVolumeLister`.
 pub(crate) trait AttachDriver: Send + Sync + 'static {
-    /// ControllerPublishVolume; the publish context on success.
+    /// ControllerPublishVolume; the publish context on success. `migrated`: the volume is a
+    /// translated in-tree one (the call's `migrated` metric label).
     fn publish(
         &self,
         request: ControllerPublishVolumeRequest,
+        migrated: bool,
     ) -> impl Future<Output = Result<HashMap<String, String>, CsiError>> + Send;
 
-    /// ControllerUnpublishVolume.
+    /// ControllerUnpublishVolume; `migrated` as for [`AttachDriver::publish`].
     fn unpublish(
         &self,
         request: ControllerUnpublishVolumeRequest,
+        migrated: bool,
     ) -> impl Future<Output = Result<(), CsiError>> + Send;
 
     /// One ListVolumes page, bounded by `deadline` (what is left of the reconcile pass).
@@ -62,21 +66,35 @@ fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     request
 }
 
+/// [`with_timeout`], marked [`Migrated`] for a translated in-tree volume.
+fn about_volume<T>(message: T, timeout: Duration, migrated: bool) -> tonic::Request<T> {
+    let mut request = with_timeout(message, timeout);
+    if migrated {
+        request.extensions_mut().insert(Migrated);
+    }
+    request
+}
+
 impl AttachDriver for TonicDriver {
     async fn publish(
         &self,
         request: ControllerPublishVolumeRequest,
+        migrated: bool,
     ) -> Result<HashMap<String, String>, CsiError> {
         let response = self
             .client()
-            .controller_publish_volume(with_timeout(request, self.timeout))
+            .controller_publish_volume(about_volume(request, self.timeout, migrated))
             .await?;
         Ok(response.into_inner().publish_context)
     }
 
-    async fn unpublish(&self, request: ControllerUnpublishVolumeRequest) -> Result<(), CsiError> {
+    async fn unpublish(
+        &self,
+        request: ControllerUnpublishVolumeRequest,
+        migrated: bool,
+    ) -> Result<(), CsiError> {
         self.client()
-            .controller_unpublish_volume(with_timeout(request, self.timeout))
+            .controller_unpublish_volume(about_volume(request, self.timeout, migrated))
             .await?;
         Ok(())
     }

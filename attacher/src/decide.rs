@@ -2,6 +2,7 @@
 //! objects alone (external-attacher `csi_handler.go` `syncAttach` / `syncDetach` /
 //! `SyncNewOrUpdatedPersistentVolume`, trivial_handler.go).
 
+use csi_common::migration;
 use serde_json::Value;
 
 use crate::cached::{PersistentVolume, VolumeAttachment};
@@ -67,15 +68,39 @@ pub(crate) fn gone_after_finalizer_removal(answer: &VolumeAttachment) -> bool {
             .is_none_or(<[String]>::is_empty)
 }
 
-/// The patch that releases a deleted PersistentVolume, or `None` while it is not being
-/// deleted, does not carry our finalizer, or any VolumeAttachment (of any driver) still names
-/// it.
+/// Whether the attacher's finalizer may come off a PersistentVolume once no VolumeAttachment
+/// names it: the PV is being deleted, or it is an in-tree PV that `driver` no longer serves
+/// (CSI migration rolled back: kube-controller-manager sets `pv.kubernetes.io/migrated-to` to
+/// the driver while it is migrated, and the in-tree plugin attaches it otherwise), as
+/// external-attacher's PV handlers and `SyncNewOrUpdatedPersistentVolume` decide.
+pub(crate) fn pv_finalizer_may_go(pv: &PersistentVolume, driver: &str) -> bool {
+    if pv.metadata.deletion_timestamp.is_some() {
+        return true;
+    }
+    let in_tree = pv
+        .spec
+        .as_ref()
+        .is_some_and(|spec| spec.in_tree_source().is_some());
+    let migrated_here = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(migration::MIGRATED_TO_ANNOTATION))
+        .is_some_and(|to| to == driver);
+    in_tree && !migrated_here
+}
+
+/// The patch that releases a PersistentVolume, or `None` while its finalizer may not go
+/// ([`pv_finalizer_may_go`]), it does not carry our finalizer, or any VolumeAttachment (of any
+/// driver) still names it.
 pub(crate) fn pv_release<'a>(
     pv: &PersistentVolume,
-    finalizer: &str,
+    (finalizer, driver): (&str, &str),
     mut attachments: impl Iterator<Item = &'a VolumeAttachment>,
 ) -> Option<Value> {
-    pv.metadata.deletion_timestamp.as_ref()?;
+    if !pv_finalizer_may_go(pv, driver) {
+        return None;
+    }
     let name = pv.metadata.name.as_deref()?;
     if attachments.any(|va| va.spec.source.persistent_volume_name.as_deref() == Some(name)) {
         return None;
@@ -194,13 +219,77 @@ mod tests {
         let mut elsewhere = va("other", true, false, false);
         elsewhere.spec.source.persistent_volume_name = Some("pv2".into());
         let using = va("other", true, false, false);
-        assert!(pv_release(&pv(true), F, [&elsewhere].into_iter()).is_some());
+        let ours = (F, "d");
+        assert!(pv_release(&pv(true), ours, [&elsewhere].into_iter()).is_some());
         assert!(
-            pv_release(&pv(true), F, [&elsewhere, &using].into_iter()).is_none(),
+            pv_release(&pv(true), ours, [&elsewhere, &using].into_iter()).is_none(),
             "any driver's VA holds it"
         );
-        assert!(pv_release(&pv(false), F, std::iter::empty()).is_none());
-        assert!(pv_release(&pv(true), "external-attacher/other", std::iter::empty()).is_none());
+        assert!(pv_release(&pv(false), ours, std::iter::empty()).is_none());
+        assert!(
+            pv_release(
+                &pv(true),
+                ("external-attacher/other", "other"),
+                std::iter::empty()
+            )
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn an_in_tree_pv_is_released_when_its_migration_to_the_driver_is_rolled_back() {
+        let pv = |in_tree: bool, migrated_to: Option<&str>| PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some("pv1".into()),
+                finalizers: Some(vec![F.to_owned()]),
+                annotations: migrated_to.map(|to| {
+                    std::collections::BTreeMap::from([(
+                        migration::MIGRATED_TO_ANNOTATION.to_owned(),
+                        to.to_owned(),
+                    )])
+                }),
+                ..Default::default()
+            },
+            spec: Some(if in_tree {
+                serde_json::from_value(
+                    serde_json::json!({"awsElasticBlockStore": {"volumeID": "vol-1"}}),
+                )
+                .unwrap()
+            } else {
+                crate::cached::PersistentVolumeSpec::default()
+            }),
+        };
+        let cases = [
+            (
+                "in-tree, migrated to this driver",
+                pv(true, Some("d")),
+                false,
+            ),
+            (
+                "in-tree, migrated to another driver",
+                pv(true, Some("e")),
+                true,
+            ),
+            (
+                "in-tree, migration off (no annotation)",
+                pv(true, None),
+                true,
+            ),
+            ("CSI, no annotation", pv(false, None), false),
+        ];
+        let using = va("d", true, false, false);
+        for (name, pv, want) in cases {
+            assert_eq!(pv_finalizer_may_go(&pv, "d"), want, "{name}");
+            assert_eq!(
+                pv_release(&pv, (F, "d"), std::iter::empty()).is_some(),
+                want,
+                "{name}"
+            );
+            assert!(
+                pv_release(&pv, (F, "d"), [&using].into_iter()).is_none(),
+                "{name}: never while a VA names it"
+            );
+        }
     }
 
     /// Property tests (issue 14): invariants that keep volumes safe, over arbitrary driver

@@ -6,6 +6,7 @@
 //! retry a failing attach immediately instead of after the backoff.
 
 use crate::cached::{PersistentVolume, VolumeAttachment};
+use crate::decide;
 use crate::names::has_finalizer;
 
 /// Whether a VolumeAttachment update needs a sync: always on a resync (same resourceVersion),
@@ -29,11 +30,11 @@ fn without_errors(va: &VolumeAttachment) -> VolumeAttachment {
     va
 }
 
-/// Whether a PersistentVolume add/update needs a sync: it carries our finalizer and is being
-/// deleted (the finalizer may go once no VolumeAttachment uses it). Upstream also syncs in-tree
-/// PVs for CSI-migration rollback, which this attacher does not do (no migration support).
-pub(crate) fn pv_needs_sync(pv: &PersistentVolume, finalizer: &str) -> bool {
-    pv.metadata.deletion_timestamp.is_some() && has_finalizer(&pv.metadata, finalizer)
+/// Whether a PersistentVolume add/update needs a sync: it carries our finalizer and the
+/// finalizer may go once no VolumeAttachment uses it (being deleted, or an in-tree PV whose
+/// CSI migration to `driver` was rolled back: [`decide::pv_finalizer_may_go`]).
+pub(crate) fn pv_needs_sync(pv: &PersistentVolume, finalizer: &str, driver: &str) -> bool {
+    has_finalizer(&pv.metadata, finalizer) && decide::pv_finalizer_may_go(pv, driver)
 }
 
 #[cfg(test)]
@@ -112,7 +113,7 @@ mod tests {
             ("live, ours", pv(false, &["f"]), false),
         ];
         for (name, pv, want) in cases {
-            assert_eq!(pv_needs_sync(&pv, "f"), want, "{name}");
+            assert_eq!(pv_needs_sync(&pv, "f", "d"), want, "{name}");
         }
     }
 }

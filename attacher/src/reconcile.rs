@@ -3,8 +3,10 @@
 //! forced sync. It never writes to the API itself and never detaches a volume Kubernetes does
 //! not know about.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
+use csi_common::migration::{self, RepairError};
 use proto::csi::v1::ListVolumesResponse;
 
 /// Volume ID → the node IDs the driver says it is published on, built page by page.
@@ -30,6 +32,23 @@ impl Published {
             .get(volume_id)
             .is_some_and(|nodes| nodes.iter().any(|n| n == node_id))
     }
+}
+
+/// The volume ID the driver lists a VolumeAttachment's volume under. A migrated volume (a
+/// translated in-tree PV, or an inline volume, which only CSI migration creates) has its
+/// handle repaired with the node's ID first, as external-attacher's reconciler does
+/// (`RepairVolumeHandle`: only a GCE PD handle of an `UNSPECIFIED` project changes); an error
+/// skips the VolumeAttachment this pass, as upstream.
+pub(crate) fn listed_volume_id<'a>(
+    volume_id: &'a str,
+    migrated: bool,
+    driver: &str,
+    node_id: &str,
+) -> Result<Cow<'a, str>, RepairError> {
+    if !migrated {
+        return Ok(Cow::Borrowed(volume_id));
+    }
+    migration::repair_volume_handle(driver, volume_id, node_id).map(Cow::Owned)
 }
 
 /// Whether a VolumeAttachment needs a forced sync: its `status.attached` disagrees with the
@@ -105,5 +124,25 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn only_a_migrated_volumes_handle_is_repaired_with_the_node_id() {
+        let gce = "pd.csi.storage.gke.io";
+        let handle = "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/d";
+        let node = "projects/p/zones/us-central1-a/instances/i";
+        assert_eq!(
+            listed_volume_id(handle, true, gce, node).unwrap(),
+            "projects/p/zones/us-central1-a/disks/d"
+        );
+        assert_eq!(listed_volume_id(handle, false, gce, node).unwrap(), handle);
+        assert_eq!(
+            listed_volume_id("h", false, "hostpath.csi.k8s.io", "n").unwrap(),
+            "h"
+        );
+        assert!(
+            listed_volume_id("h", true, "hostpath.csi.k8s.io", "n").is_err(),
+            "an inline volume of a driver no in-tree plugin migrated to is skipped"
+        );
     }
 }

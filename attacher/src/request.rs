@@ -27,10 +27,7 @@ pub(crate) fn publish(
     settings: &PublishSettings,
 ) -> Result<ControllerPublishVolumeRequest, AccessModeError> {
     let spec = volume.spec;
-    let mode = access_modes::set_to_csi(
-        spec.access_modes.as_deref().unwrap_or_default(),
-        &settings.capabilities,
-    )?;
+    let mode = access_modes::set_to_csi(volume.access_modes(), &settings.capabilities)?;
     let mount_flags = spec.mount_options.as_deref().unwrap_or_default();
     let fs_type = volume
         .csi
@@ -214,10 +211,7 @@ mod tests {
                 volume_attributes: Some(Box::new([("a".to_owned(), "b".to_owned())])),
                 ..Default::default()
             };
-            let volume = Volume {
-                spec: &spec,
-                csi: &csi,
-            };
+            let volume = Volume::csi(&spec, &csi);
             let settings = PublishSettings {
                 capabilities: caps(case.capabilities),
                 default_fs_type: case.default_fs_type.into(),
@@ -259,10 +253,7 @@ mod tests {
             ..Default::default()
         };
         let csi = CsiSource::default();
-        let volume = Volume {
-            spec: &spec,
-            csi: &csi,
-        };
+        let volume = Volume::csi(&spec, &csi);
         assert_eq!(
             publish(&volume, "n", HashMap::new(), &PublishSettings::default()),
             Err(AccessModeError::ReadOnlyManyWithReadWriteOnce)

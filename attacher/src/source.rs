@@ -3,23 +3,54 @@
 //! (`csi_handler.go`, `csiAttach` / `csiDetach`) and before anything is written, so that a
 //! broken VolumeAttachment never gets a finalizer and stays deletable.
 //!
-//! In-tree volumes that upstream would translate (CSI migration) are refused with an error that
-//! says so: translating them needs csi-translation-lib's per-plugin rules, which this attacher
-//! does not have yet. Other PersistentVolumes without `spec.csi` (NFS, host path, ...) get
-//! upstream's error for a non-CSI source.
+//! A PersistentVolume of one of the seven in-tree plugins Kubernetes migrated to CSI drivers
+//! (`awsElasticBlockStore`, `gcePersistentDisk`, ...) is translated to its CSI source as
+//! upstream does with csi-translation-lib (`csi_common::migration`), whatever driver this
+//! attacher runs: kube-controller-manager names the driver in the VolumeAttachment. Other
+//! PersistentVolumes without `spec.csi` (NFS, host path, ...) get upstream's error for a
+//! non-CSI source. Inline volumes come translated already (the attach-detach controller puts
+//! the CSI spec into `inlineVolumeSpec`).
 
+use std::borrow::Cow;
+
+use csi_common::migration::{self, PvFacts, TranslationError};
 use csi_common::secrets::SecretRef;
 
 use crate::cached::{CsiSource, PersistentVolume, PersistentVolumeSpec, VolumeAttachment};
 use crate::names::{NODE_ID_ANNOTATION, PUBLISH_SECRET_ANNOTATION, VOLUME_HANDLE_ANNOTATION};
 
 /// The volume a VolumeAttachment points at.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Volume<'a> {
     /// Volume mode, access modes and mount options.
     pub(crate) spec: &'a PersistentVolumeSpec,
-    /// Handle, attributes, read-only flag, fsType and the publish secret.
-    pub(crate) csi: &'a CsiSource,
+    /// Handle, attributes, read-only flag, fsType and the publish secret: the PV's own, or
+    /// the translation of its in-tree source.
+    pub(crate) csi: Cow<'a, CsiSource>,
+    /// The access modes a translation gave the volume (GCE PD), in place of the spec's.
+    pub(crate) translated_access_modes: Option<Vec<String>>,
+    /// Whether the CSI source is a translation (the `migrated` label of the call's metrics).
+    pub(crate) migrated: bool,
+}
+
+impl<'a> Volume<'a> {
+    /// A CSI volume as the spec holds it.
+    pub(crate) fn csi(spec: &'a PersistentVolumeSpec, csi: &'a CsiSource) -> Self {
+        Self {
+            spec,
+            csi: Cow::Borrowed(csi),
+            translated_access_modes: None,
+            migrated: false,
+        }
+    }
+
+    /// The access modes the publish request carries.
+    pub(crate) fn access_modes(&self) -> &[String] {
+        self.translated_access_modes
+            .as_deref()
+            .or(self.spec.access_modes.as_deref())
+            .unwrap_or_default()
+    }
 }
 
 /// What the volume is resolved for: attach refuses a PersistentVolume that is being deleted,
@@ -52,11 +83,9 @@ pub(crate) enum SourceError {
     /// `getCSISource`'s text).
     #[error("pv spec contained non-csi source that was not migrated")]
     NotCsi(String),
-    /// Upstream would translate it with csi-translation-lib (CSI migration).
-    #[error(
-        "PersistentVolume \"{0}\" is an in-tree volume without a CSI source: CSI migration is not supported by this csi-attacher yet"
-    )]
-    InTree(String),
+    /// An in-tree source csi-translation-lib refuses (CSI migration; external-attacher's text).
+    #[error("failed to translate in tree pv to CSI: {0}")]
+    Translation(TranslationError),
 }
 
 /// What ControllerUnpublishVolume needs besides the node ID.
@@ -66,10 +95,13 @@ pub(crate) struct DetachTarget {
     pub(crate) volume_id: String,
     /// The publish Secret, if the volume has one.
     pub(crate) secret: Option<SecretRef>,
+    /// Whether the volume is a translated in-tree one (the call's `migrated` metric label).
+    pub(crate) migrated: bool,
 }
 
-/// The volume to detach: from the PersistentVolume or inline spec like upstream, and, when the
-/// PersistentVolume is gone, from the annotations the attach wrote (not upstream, issue #235).
+/// The volume to detach: from the PersistentVolume (translated if in-tree) or inline spec like
+/// upstream, and, when the PersistentVolume is gone, from the annotations the attach wrote (not
+/// upstream, issue #235).
 pub(crate) fn detach_target(
     va: &VolumeAttachment,
     pv: Option<&PersistentVolume>,
@@ -82,6 +114,7 @@ pub(crate) fn detach_target(
                 .controller_publish_secret_ref
                 .as_ref()
                 .map(SecretRef::from),
+            migrated: volume.migrated,
         }),
         Err(SourceError::PvNotFound(name)) => {
             let volume_id = va
@@ -95,7 +128,13 @@ pub(crate) fn detach_target(
                     namespace: namespace.to_owned(),
                 })
             });
-            Ok(DetachTarget { volume_id, secret })
+            // The attach recorded the handle it called the driver with, translated or not;
+            // with the PV gone nothing tells which, and the label is only a metric's.
+            Ok(DetachTarget {
+                volume_id,
+                secret,
+                migrated: false,
+            })
         }
         Err(err) => Err(err),
     }
@@ -103,7 +142,7 @@ pub(crate) fn detach_target(
 
 /// The annotations an attach of `volume` records on the VolumeAttachment.
 pub(crate) fn attach_annotations<'a>(
-    volume: &Volume<'a>,
+    volume: &'a Volume<'_>,
     node_id: &'a str,
     secret: Option<&'a str>,
 ) -> Vec<(&'static str, &'a str)> {
@@ -144,7 +183,7 @@ pub(crate) fn resolve<'a>(
         (None, None) => Err(SourceError::Neither),
         (None, Some(inline)) => {
             let csi = inline.csi.as_ref().ok_or(SourceError::InlineWithoutCsi)?;
-            Ok(Volume { spec: inline, csi })
+            Ok(Volume::csi(inline, csi))
         }
         (Some(name), None) => {
             let pv = pv.ok_or_else(|| SourceError::PvNotFound(name.to_owned()))?;
@@ -155,25 +194,50 @@ pub(crate) fn resolve<'a>(
                 .spec
                 .as_ref()
                 .ok_or_else(|| SourceError::NotCsi(name.to_owned()))?;
+            // csi-translation-lib translates whenever a migratable source is set, before it
+            // looks at `csi` (external-attacher `csiAttach`: IsPVMigratable, then getCSISource).
+            if let Some(source) = spec.in_tree_source() {
+                return translate(pv, spec, source);
+            }
             match &spec.csi {
-                Some(csi) => Ok(Volume { spec, csi }),
-                None if is_migratable(spec) => Err(SourceError::InTree(name.to_owned())),
+                Some(csi) => Ok(Volume::csi(spec, csi)),
                 None => Err(SourceError::NotCsi(name.to_owned())),
             }
         }
     }
 }
 
-/// Whether csi-translation-lib would translate the PersistentVolume's in-tree source: the
-/// plugins of the seven CSI-migration drivers (spec §1.2 step 6).
-fn is_migratable(spec: &PersistentVolumeSpec) -> bool {
-    spec.aws_elastic_block_store.is_some()
-        || spec.gce_persistent_disk.is_some()
-        || spec.azure_disk.is_some()
-        || spec.azure_file.is_some()
-        || spec.cinder.is_some()
-        || spec.vsphere_volume.is_some()
-        || spec.portworx_volume.is_some()
+/// The CSI volume of an in-tree PersistentVolume (CSI migration).
+fn translate<'a>(
+    pv: &'a PersistentVolume,
+    spec: &'a PersistentVolumeSpec,
+    source: migration::InTreeSource<'_>,
+) -> Result<Volume<'a>, SourceError> {
+    let facts = PvFacts {
+        name: pv.metadata.name.as_deref().unwrap_or_default(),
+        labels: pv.metadata.labels.as_ref(),
+        annotations: pv.metadata.annotations.as_ref(),
+        claim_namespace: spec
+            .claim_ref
+            .as_ref()
+            .and_then(|claim| claim.namespace.as_deref()),
+        access_modes: spec.access_modes.as_deref(),
+    };
+    let translated = migration::translate_pv(source, &facts).map_err(SourceError::Translation)?;
+    let csi = translated.csi;
+    Ok(Volume {
+        spec,
+        csi: Cow::Owned(CsiSource {
+            volume_handle: csi.volume_handle,
+            fs_type: csi.fs_type,
+            read_only: Some(csi.read_only),
+            volume_attributes: Some(csi.volume_attributes.into_boxed_slice()),
+            // No plugin's translation sets one (only Azure File a node-stage Secret).
+            controller_publish_secret_ref: None,
+        }),
+        translated_access_modes: translated.access_modes,
+        migrated: true,
+    })
 }
 
 #[cfg(test)]
@@ -276,11 +340,11 @@ mod tests {
                 Err(SourceError::PvNotFound("pv1".into())),
             ),
             (
-                "in-tree PV",
+                "in-tree PV, translated",
                 va(Some("pv1"), None),
                 Some(&in_tree),
                 Purpose::Attach,
-                Err(SourceError::InTree("pv1".into())),
+                Ok("projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk"),
             ),
             (
                 "inline CSI",
@@ -312,29 +376,94 @@ mod tests {
             ),
         ];
         for (name, va, pv, purpose, want) in cases {
-            let got = resolve(&va, pv, purpose).map(|v| v.csi.volume_handle.as_str());
-            assert_eq!(got, want, "{name}");
+            let got = resolve(&va, pv, purpose).map(|v| v.csi.volume_handle.clone());
+            assert_eq!(got, want.map(str::to_owned), "{name}");
         }
     }
 
     #[test]
-    fn a_pv_without_csi_is_in_tree_only_when_csi_translation_lib_would_migrate_it() {
+    fn a_pv_without_csi_is_translated_only_when_csi_translation_lib_would_migrate_it() {
         let nfs = spec(json!({"nfs": {"server": "nfs.example.com", "path": "/export"}}));
-        let gce = spec(json!({"gcePersistentDisk": {}}));
+        let bad_ebs = spec(json!({"awsElasticBlockStore": {"volumeID": "aws://us-east-1a/foo"}}));
         let cases = [
-            ("NFS", nfs, SourceError::NotCsi("pv1".into())),
-            ("GCE PD", gce, SourceError::InTree("pv1".into())),
+            (
+                "NFS",
+                nfs,
+                "pv spec contained non-csi source that was not migrated",
+            ),
+            (
+                "EBS of another form",
+                bad_ebs,
+                // external-attacher's full text for this PV (csi_handler.go, aws_ebs.go).
+                "failed to translate in tree pv to CSI: failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume (aws://us-east-1a/foo)",
+            ),
         ];
         let attachment = va(Some("pv1"), None);
         for (name, spec, want) in cases {
             let volume = pv("pv1", spec, false);
             let got = resolve(&attachment, Some(&volume), Purpose::Attach);
             assert_eq!(
-                got.map(|v| v.csi.volume_handle.clone()),
-                Err(want),
+                got.map(|v| v.csi.volume_handle.clone())
+                    .map_err(|e| e.to_string()),
+                Err(want.to_owned()),
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn an_in_tree_pv_is_published_and_unpublished_as_its_translation() {
+        let mut labels = std::collections::BTreeMap::new();
+        labels.insert(
+            csi_common::migration::ZONE_LABEL.to_owned(),
+            "us-central1-a".to_owned(),
+        );
+        let mut gce = pv(
+            "pv1",
+            spec(json!({
+                "gcePersistentDisk": {"pdName": "disk", "fsType": "xfs", "readOnly": true},
+                "accessModes": ["ReadWriteMany"],
+                "volumeMode": "Filesystem",
+            })),
+            false,
+        );
+        gce.metadata.labels = Some(labels);
+        let attachment = va(Some("pv1"), None);
+        let volume = resolve(&attachment, Some(&gce), Purpose::Attach).unwrap();
+        assert!(volume.migrated);
+        assert_eq!(
+            *volume.csi,
+            CsiSource {
+                volume_handle: "projects/UNSPECIFIED/zones/us-central1-a/disks/disk".into(),
+                fs_type: Some("xfs".into()),
+                read_only: Some(true),
+                volume_attributes: Some(Box::new([("partition".into(), String::new())])),
+                controller_publish_secret_ref: None,
+            }
+        );
+        // csi-translation-lib gives a GCE PD one access mode.
+        assert_eq!(volume.access_modes(), ["ReadWriteOnce"]);
+        let target = detach_target(&attachment, Some(&gce)).unwrap();
+        assert_eq!(
+            (target.volume_id.as_str(), target.migrated),
+            ("projects/UNSPECIFIED/zones/us-central1-a/disks/disk", true)
+        );
+
+        let ebs = pv(
+            "pv1",
+            spec(
+                json!({"awsElasticBlockStore": {"volumeID": "aws://us-east-1a/vol-1"},
+                        "accessModes": ["ReadWriteOnce"]}),
+            ),
+            false,
+        );
+        let volume = resolve(&attachment, Some(&ebs), Purpose::Detach).unwrap();
+        assert_eq!(volume.csi.volume_handle, "vol-1");
+        assert_eq!(volume.access_modes(), ["ReadWriteOnce"], "unchanged");
+
+        let csi = pv("pv1", csi_spec("h1"), false);
+        let volume = resolve(&attachment, Some(&csi), Purpose::Attach).unwrap();
+        assert!(!volume.migrated, "a CSI PV is not a migrated one");
     }
 
     #[test]
@@ -360,6 +489,7 @@ mod tests {
         let want = Ok(DetachTarget {
             volume_id: "h1".into(),
             secret,
+            migrated: false,
         });
         assert_eq!(
             detach_target(&va(Some("pv1"), None), Some(&live)),

@@ -12,7 +12,7 @@ use crate::support;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    GCEPersistentDiskVolumeSource, NFSVolumeSource, PersistentVolumeSpec, Secret,
+    AWSElasticBlockStoreVolumeSource, NFSVolumeSource, PersistentVolumeSpec, Secret,
 };
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::Api;
@@ -84,12 +84,13 @@ async fn pvs_without_a_csi_source_fail_with_clear_errors_and_their_vas_stay_dele
             },
         ))
         .await;
+    // An in-tree volume CSI migration translates, but whose ID names no EBS volume.
     cluster
         .add_pv(pv_with_spec(
-            "pv-gce",
+            "pv-ebs",
             PersistentVolumeSpec {
-                gce_persistent_disk: Some(GCEPersistentDiskVolumeSource {
-                    pd_name: "disk-1".into(),
+                aws_elastic_block_store: Some(AWSElasticBlockStoreVolumeSource {
+                    volume_id: "aws://us-east-1a/not-a-volume".into(),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -98,7 +99,7 @@ async fn pvs_without_a_csi_source_fail_with_clear_errors_and_their_vas_stay_dele
         .await;
     let _attacher = cluster.attacher();
     let nfs = cluster.create_va("va-nfs", pv_source("pv-nfs")).await;
-    let gce = cluster.create_va("va-gce", pv_source("pv-gce")).await;
+    let ebs = cluster.create_va("va-ebs", pv_source("pv-ebs")).await;
 
     assert_eq!(
         cluster.attach_error(&nfs).await.message.as_deref(),
@@ -106,14 +107,15 @@ async fn pvs_without_a_csi_source_fail_with_clear_errors_and_their_vas_stay_dele
         "upstream's words"
     );
     assert_eq!(
-        cluster.attach_error(&gce).await.message.as_deref(),
+        cluster.attach_error(&ebs).await.message.as_deref(),
         Some(
-            r#"PersistentVolume "pv-gce" is an in-tree volume without a CSI source: CSI migration is not supported by this csi-attacher yet"#
-        )
+            "failed to translate in tree pv to CSI: failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume (aws://us-east-1a/not-a-volume)"
+        ),
+        "external-attacher's and csi-translation-lib's words"
     );
     warned_twice(&cluster, &nfs).await;
-    warned_twice(&cluster, &gce).await;
-    for (va, pv) in [(&nfs, "pv-nfs"), (&gce, "pv-gce")] {
+    warned_twice(&cluster, &ebs).await;
+    for (va, pv) in [(&nfs, "pv-nfs"), (&ebs, "pv-ebs")] {
         let va_object = cluster.attachments().get(va).await.unwrap();
         assert!(!has_our_finalizer(&va_object.metadata), "{va}");
         let pv_object = cluster.volumes().get(pv).await.unwrap();

@@ -1,9 +1,9 @@
 //! The hostile-object suite of csi-attacher (issue 14, "Hostile input"), like csi-provisioner's
 //! and csi-resizer's `hostile_objects.rs`: one real `csi-attacher` against the in-memory API
 //! server and the mock driver, given at once VolumeAttachments that are wrong in their own way
-//! (a PV missing, not CSI, in-tree, being deleted, with access modes CSI cannot express, with a
-//! missing publish Secret; a node without a CSINode, or whose CSINode lacks the driver; a volume
-//! or node the driver does not know) and odd but valid ones (a 253-character name, 200 KB of
+//! (a PV missing, not CSI, in-tree and refused by the translation, being deleted, with access
+//! modes CSI cannot express, with a missing publish Secret; a node without a CSINode, or whose
+//! CSINode lacks the driver; a volume or node the driver does not know) and odd but valid ones (a 253-character name, 200 KB of
 //! annotations, an inline volume, unicode volume attributes and many mount options). Each wrong
 //! one must get its own `status.attachError` and `FailedAttachVolume` Warning with a clear
 //! message, no finalizer, and must delete at once; none refused before the driver may reach
@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use crate::support::*;
 use k8s_openapi::api::core::v1::{
-    Event, GCEPersistentDiskVolumeSource, NFSVolumeSource, PersistentVolume, PersistentVolumeSpec,
+    AzureDiskVolumeSource, Event, NFSVolumeSource, PersistentVolume, PersistentVolumeSpec,
     SecretReference,
 };
 use k8s_openapi::api::storage::v1::{
@@ -135,12 +135,14 @@ fn refused() -> Vec<Case> {
         Case::new(
             "pv-in-tree",
             Outcome::Fails(
-                r#"PersistentVolume "pv-in-tree" is an in-tree volume without a CSI source: CSI migration is not supported by this csi-attacher yet"#,
+                "failed to translate in tree pv to CSI: kind(Shared) is not supported in csi migration",
             ),
         )
         .not_csi(|spec| {
-            spec.gce_persistent_disk = Some(GCEPersistentDiskVolumeSource {
-                pd_name: "disk-1".into(),
+            spec.azure_disk = Some(AzureDiskVolumeSource {
+                disk_name: "disk-1".into(),
+                disk_uri: "/subscriptions/s/disks/disk-1".into(),
+                kind: Some("Shared".into()),
                 ..Default::default()
             });
         }),

@@ -11,4 +11,5 @@ mod driver_garbage;
 mod flags;
 mod hostile_objects;
 mod lifecycle;
+mod migration;
 mod publish;

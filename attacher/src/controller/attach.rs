@@ -179,7 +179,7 @@ async fn publish<D: AttachDriver>(
             );
             status
         }
-        _ => patch::attached(&ctx.driver.publish(publish).await?)?,
+        _ => patch::attached(&ctx.driver.publish(publish, volume.migrated).await?)?,
     };
     Ok(Published {
         status,

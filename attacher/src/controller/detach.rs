@@ -95,7 +95,10 @@ async fn unpublish<D: AttachDriver>(
             None => std::collections::HashMap::default(),
         };
         ctx.driver
-            .unpublish(request::unpublish(&target, &node_id, secrets))
+            .unpublish(
+                request::unpublish(&target, &node_id, secrets),
+                target.migrated,
+            )
             .await?;
     }
     let stale = va.metadata.resource_version.iter().cloned().collect();

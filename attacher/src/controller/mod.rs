@@ -314,7 +314,7 @@ impl StoreHandlers {
             return;
         };
         if let Change::Applied { new, .. } = *change
-            && filter::pv_needs_sync(new, &routing.finalizer)
+            && filter::pv_needs_sync(new, &routing.finalizer, &routing.driver)
             && let Some(name) = &new.metadata.name
         {
             routing.queues.volumes.add(name.clone());
@@ -422,7 +422,7 @@ fn resync<D>(ctx: &Context<D>) {
         }
     }
     for pv in ctx.stores.volumes.state() {
-        if filter::pv_needs_sync(&pv, &ctx.finalizer)
+        if filter::pv_needs_sync(&pv, &ctx.finalizer, &ctx.settings.driver)
             && let Some(name) = &pv.metadata.name
         {
             ctx.queues.volumes.add(name.clone());

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::Context;
 use crate::csi::AttachDriver;
 use crate::node;
-use crate::reconcile::{Published, out_of_sync};
+use crate::reconcile::{Published, listed_volume_id, out_of_sync};
 use crate::source;
 
 /// Runs a pass every `--reconcile-sync` until `stop`.
@@ -51,12 +51,18 @@ async fn pass<D: AttachDriver>(ctx: &Context<D>) {
         let Ok(target) = source::detach_target(&va, pv.as_deref()) else {
             continue;
         };
+        let migrated = target.migrated || va.spec.source.inline_volume_spec.is_some();
+        let Ok(volume_id) =
+            listed_volume_id(&target.volume_id, migrated, &ctx.settings.driver, &node_id)
+        else {
+            continue;
+        };
         let attached = va.status.as_ref().is_some_and(|s| s.attached);
-        if out_of_sync(attached, &published, &target.volume_id, &node_id) {
+        if out_of_sync(attached, &published, &volume_id, &node_id) {
             let name = va.metadata.name.clone().unwrap_or_default();
             tracing::warn!(
                 va = name,
-                volume = target.volume_id,
+                volume = %volume_id,
                 attached,
                 "attached status differs from the driver's; syncing again"
             );

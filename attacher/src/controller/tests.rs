@@ -35,12 +35,17 @@ impl AttachDriver for CountingDriver {
     async fn publish(
         &self,
         _: ControllerPublishVolumeRequest,
+        _: bool,
     ) -> Result<std::collections::HashMap<String, String>, CsiError> {
         self.publishes.fetch_add(1, Ordering::SeqCst);
         Ok(std::collections::HashMap::new())
     }
 
-    async fn unpublish(&self, _: ControllerUnpublishVolumeRequest) -> Result<(), CsiError> {
+    async fn unpublish(
+        &self,
+        _: ControllerUnpublishVolumeRequest,
+        _: bool,
+    ) -> Result<(), CsiError> {
         self.unpublishes.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }

@@ -1,6 +1,6 @@
-//! The PersistentVolume queue: drops the attacher's finalizer from a deleted PV once no
-//! VolumeAttachment (of any driver) names it (external-attacher
-//! `SyncNewOrUpdatedPersistentVolume`).
+//! The PersistentVolume queue: drops the attacher's finalizer from a deleted PV, or from an
+//! in-tree PV whose CSI migration was rolled back, once no VolumeAttachment (of any driver)
+//! names it (external-attacher `SyncNewOrUpdatedPersistentVolume`).
 
 use csi_common::controller::Outcome;
 
@@ -13,8 +13,8 @@ pub(super) async fn sync<D>(ctx: &Context<D>, name: &str) -> Outcome {
         return Outcome::Done;
     };
     let attachments = ctx.stores.attachments.state();
-    let Some(body) = decide::pv_release(&pv, &ctx.finalizer, attachments.iter().map(AsRef::as_ref))
-    else {
+    let ours = (ctx.finalizer.as_str(), ctx.settings.driver.as_str());
+    let Some(body) = decide::pv_release(&pv, ours, attachments.iter().map(AsRef::as_ref)) else {
         return Outcome::Done;
     };
     match ctx.patch_volume(name, body).await {

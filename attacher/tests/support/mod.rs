@@ -56,10 +56,18 @@ pub(crate) struct Cluster {
     pub(crate) driver: MockDriverHandle,
     pub(crate) kubeconfig: PathBuf,
     pub(crate) dir: tempfile::TempDir,
+    /// The mock driver's name: the VolumeAttachments' attacher and the CSINode's entry.
+    pub(crate) driver_name: String,
 }
 
 impl Cluster {
     pub(crate) async fn start(config: MockDriverConfig) -> Self {
+        Self::start_named(DRIVER, config).await
+    }
+
+    /// As [`Cluster::start`], with the driver named `driver_name` (PV `pv-1` stays one of
+    /// [`DRIVER`]).
+    pub(crate) async fn start_named(driver_name: &str, config: MockDriverConfig) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let server = ApiServer::new();
         let listening = server.listen().await.unwrap();
@@ -68,7 +76,7 @@ impl Cluster {
         let client = server.client();
         let driver = MockDriver::start(
             MockDriverConfig {
-                driver_name: DRIVER.into(),
+                driver_name: driver_name.into(),
                 ..config
             },
             dir.path().join("csi.sock"),
@@ -76,7 +84,7 @@ impl Cluster {
         .await
         .unwrap();
         driver.insert_volume(MockVolume::new("vol-1", 1 << 30));
-        server.put_object(&csi_node(&[DRIVER])).unwrap();
+        server.put_object(&csi_node(&[driver_name])).unwrap();
         Api::<PersistentVolume>::all(client.clone())
             .create(&PostParams::default(), &pv("pv-1", "vol-1"))
             .await
@@ -88,6 +96,7 @@ impl Cluster {
             driver,
             kubeconfig,
             dir,
+            driver_name: driver_name.to_owned(),
         }
     }
 
@@ -146,7 +155,7 @@ impl Cluster {
                 ..Default::default()
             },
             spec: VolumeAttachmentSpec {
-                attacher: DRIVER.into(),
+                attacher: self.driver_name.clone(),
                 node_name: DEFAULT_NODE_ID.into(),
                 source,
             },
