@@ -213,16 +213,13 @@ fn translate<'a>(
     spec: &'a PersistentVolumeSpec,
     source: migration::InTreeSource<'_>,
 ) -> Result<Volume<'a>, SourceError> {
-    let facts = PvFacts {
-        name: pv.metadata.name.as_deref().unwrap_or_default(),
-        labels: pv.metadata.labels.as_ref(),
-        annotations: pv.metadata.annotations.as_ref(),
-        claim_namespace: spec
-            .claim_ref
+    let facts = PvFacts::new(
+        &pv.metadata,
+        spec.claim_ref
             .as_ref()
             .and_then(|claim| claim.namespace.as_deref()),
-        access_modes: spec.access_modes.as_deref(),
-    };
+        spec.access_modes.as_deref(),
+    );
     let translated = migration::translate_pv(source, &facts).map_err(SourceError::Translation)?;
     let csi = translated.csi;
     Ok(Volume {

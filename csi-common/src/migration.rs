@@ -18,9 +18,11 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{
     AWSElasticBlockStoreVolumeSource, AzureDiskVolumeSource, AzureFilePersistentVolumeSource,
-    CinderPersistentVolumeSource, GCEPersistentDiskVolumeSource, PortworxVolumeSource,
-    SecretReference, VsphereVirtualDiskVolumeSource,
+    CSIPersistentVolumeSource, CinderPersistentVolumeSource, GCEPersistentDiskVolumeSource,
+    PersistentVolume, PersistentVolumeSpec, PortworxVolumeSource, SecretReference,
+    VsphereVirtualDiskVolumeSource,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The seven in-tree plugins csi-translation-lib migrates, each to one CSI driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +150,24 @@ pub struct PvFacts<'a> {
     pub claim_namespace: Option<&'a str>,
     /// `spec.accessModes` (rewritten for a GCE PD).
     pub access_modes: Option<&'a [String]>,
+}
+
+impl<'a> PvFacts<'a> {
+    /// The facts of a PV with metadata `meta`, bound to a claim in `claim_namespace`, with
+    /// `access_modes`.
+    pub fn new(
+        meta: &'a ObjectMeta,
+        claim_namespace: Option<&'a str>,
+        access_modes: Option<&'a [String]>,
+    ) -> Self {
+        Self {
+            name: meta.name.as_deref().unwrap_or_default(),
+            labels: meta.labels.as_ref(),
+            annotations: meta.annotations.as_ref(),
+            claim_namespace,
+            access_modes,
+        }
+    }
 }
 
 /// The CSI source a translation gives (`CSIPersistentVolumeSource`).
@@ -416,6 +436,67 @@ fn azure_file(
         namespace: Some(namespace.to_owned()),
     });
     Ok(source)
+}
+
+/// The in-tree source of `spec` csi-translation-lib would translate, if it has one
+/// (`IsPVMigratable`; the API server lets a PV have one volume source at most).
+pub fn in_tree_source(spec: &PersistentVolumeSpec) -> Option<InTreeSource<'_>> {
+    None.or_else(|| spec.gce_persistent_disk.as_ref().map(InTreeSource::GcePd))
+        .or_else(|| {
+            spec.aws_elastic_block_store
+                .as_ref()
+                .map(InTreeSource::AwsEbs)
+        })
+        .or_else(|| spec.cinder.as_ref().map(InTreeSource::Cinder))
+        .or_else(|| spec.azure_disk.as_ref().map(InTreeSource::AzureDisk))
+        .or_else(|| spec.azure_file.as_ref().map(InTreeSource::AzureFile))
+        .or_else(|| spec.vsphere_volume.as_ref().map(InTreeSource::Vsphere))
+        .or_else(|| spec.portworx_volume.as_ref().map(InTreeSource::Portworx))
+}
+
+/// `pv`'s spec as csi-translation-lib's `TranslateInTreePVToCSI` gives it, less the node
+/// affinity: the in-tree source replaced by the CSI one, and the access modes the translation
+/// sets. `None` when the PV has no in-tree source of the seven plugins.
+///
+/// # Errors
+/// [`TranslationError`] as [`translate_pv`].
+pub fn translated_spec(
+    pv: &PersistentVolume,
+) -> Option<Result<PersistentVolumeSpec, TranslationError>> {
+    let spec = pv.spec.as_ref()?;
+    let source = in_tree_source(spec)?;
+    let facts = PvFacts::new(
+        &pv.metadata,
+        spec.claim_ref
+            .as_ref()
+            .and_then(|claim| claim.namespace.as_deref()),
+        spec.access_modes.as_deref(),
+    );
+    Some(translate_pv(source, &facts).map(|translated| {
+        let csi = translated.csi;
+        PersistentVolumeSpec {
+            access_modes: translated
+                .access_modes
+                .or_else(|| spec.access_modes.clone()),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: csi.driver.to_owned(),
+                volume_handle: csi.volume_handle,
+                fs_type: csi.fs_type,
+                read_only: Some(csi.read_only),
+                volume_attributes: Some(csi.volume_attributes.into_iter().collect()),
+                node_stage_secret_ref: csi.node_stage_secret_ref,
+                ..Default::default()
+            }),
+            aws_elastic_block_store: None,
+            gce_persistent_disk: None,
+            azure_disk: None,
+            azure_file: None,
+            cinder: None,
+            vsphere_volume: None,
+            portworx_volume: None,
+            ..spec.clone()
+        }
+    }))
 }
 
 /// The access modes csi-translation-lib gives a translated GCE PD
@@ -1101,5 +1182,44 @@ mod tests {
                 "{driver} {handle} {node_id}"
             );
         }
+    }
+
+    #[test]
+    fn a_whole_pv_is_translated_in_place_of_its_in_tree_source() {
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv-1", "labels": {ZONE_LABEL: "us-central1-a"}},
+            "spec": {
+                "gcePersistentDisk": {"pdName": "disk", "fsType": "ext4"},
+                "accessModes": ["ReadWriteMany"],
+                "capacity": {"storage": "1Gi"},
+                "mountOptions": ["noatime"]
+            }
+        }))
+        .unwrap();
+        let spec = translated_spec(&pv).unwrap().unwrap();
+        assert!(spec.gce_persistent_disk.is_none());
+        assert_eq!(spec.access_modes, Some(modes(&["ReadWriteOnce"])));
+        assert_eq!(
+            spec.mount_options,
+            Some(modes(&["noatime"])),
+            "the rest stays"
+        );
+        let csi = spec.csi.unwrap();
+        assert_eq!(csi.driver, "pd.csi.storage.gke.io");
+        assert_eq!(
+            csi.volume_handle,
+            "projects/UNSPECIFIED/zones/us-central1-a/disks/disk"
+        );
+        assert_eq!(csi.fs_type.as_deref(), Some("ext4"));
+
+        let csi_pv = PersistentVolume {
+            spec: Some(PersistentVolumeSpec {
+                csi: Some(CSIPersistentVolumeSource::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(translated_spec(&csi_pv).is_none(), "nothing to translate");
+        assert!(translated_spec(&PersistentVolume::default()).is_none());
     }
 }

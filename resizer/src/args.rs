@@ -1,8 +1,8 @@
 //! Command-line flags of csi-resizer (names, types and defaults as upstream v2.2, spec
 //! sidecars.md §2.1 and §5.1) and their validation into a [`Config`].
 //!
-//! Every upstream flag parses and every feature it turns on is implemented (CSI migration of
-//! in-tree volumes aside, which no flag turns on). The `VolumeAttributesClass` gate stays
+//! Every upstream flag parses and every feature it turns on is implemented. The
+//! `VolumeAttributesClass` gate stays
 //! `None` when not given: start-up then asks discovery (`crate::discovery`).
 
 use std::collections::BTreeMap;

@@ -18,9 +18,10 @@
 //! spec `capacity` (the size to grow from), `claimRef` (bound to this claim?), of `csi` the
 //! driver, handle, fsType and expand Secret, and `accessModes`, `mountOptions` and `volumeMode`
 //! (the volume capability of ControllerExpandVolume). Maps with a string key are kept as lists
-//! sorted by key, rebuilt by [`PersistentVolume::to_full`]. Not the in-tree sources (a PV without `csi` is
-//! not the resizer's, whichever source it has), `volumeAttributesClassName` (written, never
-//! read: the claim's status says the class), node affinity, reclaim policy, class nor status.
+//! sorted by key, rebuilt by [`PersistentVolume::to_full`]. The in-tree sources CSI migration
+//! translates (one box, on the PVs that have one) and, on those PVs only, the zone labels a GCE
+//! PD's translation reads. Not `volumeAttributesClassName` (written, never read: the claim's
+//! status says the class), node affinity, reclaim policy, class nor status.
 //!
 //! The claims are projections too ([`PersistentVolumeClaim`], rebuilt by
 //! [`PersistentVolumeClaim::to_full`]). The status transitions diff old and new claims to build
@@ -39,6 +40,7 @@ use csi_common::informer::Keyed;
 use csi_common::intern::{
     Interner, SharedList, SharedPairs, to_map, to_quantities, to_vec, with_interner,
 };
+use csi_common::migration;
 use k8s_openapi::api::core::v1::{
     self as real, CSIPersistentVolumeSource, ModifyVolumeStatus, ObjectReference,
     PersistentVolumeClaimCondition, SecretReference,
@@ -67,6 +69,54 @@ struct VolumeSpecWire {
     csi: Option<CSIPersistentVolumeSource>,
     mount_options: Option<Vec<String>>,
     volume_mode: Option<String>,
+    aws_elastic_block_store: Option<real::AWSElasticBlockStoreVolumeSource>,
+    gce_persistent_disk: Option<real::GCEPersistentDiskVolumeSource>,
+    azure_disk: Option<real::AzureDiskVolumeSource>,
+    azure_file: Option<real::AzureFilePersistentVolumeSource>,
+    cinder: Option<real::CinderPersistentVolumeSource>,
+    vsphere_volume: Option<real::VsphereVirtualDiskVolumeSource>,
+    portworx_volume: Option<real::PortworxVolumeSource>,
+}
+
+impl VolumeSpecWire {
+    /// The in-tree source CSI migration translates, taken out of the wire form.
+    fn take_in_tree(&mut self) -> Option<InTree> {
+        None.or_else(|| self.gce_persistent_disk.take().map(InTree::GcePd))
+            .or_else(|| self.aws_elastic_block_store.take().map(InTree::AwsEbs))
+            .or_else(|| self.cinder.take().map(InTree::Cinder))
+            .or_else(|| self.azure_disk.take().map(InTree::AzureDisk))
+            .or_else(|| self.azure_file.take().map(InTree::AzureFile))
+            .or_else(|| self.vsphere_volume.take().map(InTree::Vsphere))
+            .or_else(|| self.portworx_volume.take().map(InTree::Portworx))
+    }
+}
+
+/// The in-tree source of a PV of one of the seven plugins CSI migration translates (a PV has
+/// one volume source at most).
+#[derive(Debug, Clone, PartialEq)]
+enum InTree {
+    AwsEbs(real::AWSElasticBlockStoreVolumeSource),
+    GcePd(real::GCEPersistentDiskVolumeSource),
+    AzureDisk(real::AzureDiskVolumeSource),
+    AzureFile(real::AzureFilePersistentVolumeSource),
+    Cinder(real::CinderPersistentVolumeSource),
+    Vsphere(real::VsphereVirtualDiskVolumeSource),
+    Portworx(real::PortworxVolumeSource),
+}
+
+impl InTree {
+    /// Puts the source back into a real spec.
+    fn restore(&self, spec: &mut real::PersistentVolumeSpec) {
+        match self.clone() {
+            InTree::AwsEbs(source) => spec.aws_elastic_block_store = Some(source),
+            InTree::GcePd(source) => spec.gce_persistent_disk = Some(source),
+            InTree::AzureDisk(source) => spec.azure_disk = Some(source),
+            InTree::AzureFile(source) => spec.azure_file = Some(source),
+            InTree::Cinder(source) => spec.cinder = Some(source),
+            InTree::Vsphere(source) => spec.vsphere_volume = Some(source),
+            InTree::Portworx(source) => spec.portworx_volume = Some(source),
+        }
+    }
 }
 
 csi_common::same_resource_as!(VolumeWire, real::PersistentVolume);
@@ -126,6 +176,8 @@ struct VolumeSpec {
     mount_options: Option<SharedList>,
     /// `Block` or `Filesystem`.
     volume_mode: Option<Arc<str>>,
+    /// The in-tree source of a PV without `csi` that CSI migration expands through this driver.
+    in_tree: Option<Box<InTree>>,
 }
 
 /// What the resizer reads of a `CSIPersistentVolumeSource`: not the volume attributes, the
@@ -152,9 +204,25 @@ pub(crate) fn volume_projection() -> impl FnMut(VolumeWire) -> PersistentVolume 
 impl PersistentVolume {
     /// The compact form of `wire`.
     fn new(wire: VolumeWire, interner: &mut Interner) -> Self {
+        let mut spec = wire.spec;
+        let in_tree = spec.as_mut().and_then(VolumeSpecWire::take_in_tree);
+        let mut metadata = wire.metadata;
+        // A GCE PD's translation reads its zone labels; no other PV's labels are read.
+        let zone_labels = in_tree.as_ref().and(metadata.labels.take()).map(|labels| {
+            labels
+                .into_iter()
+                .filter(|(key, _)| {
+                    key == migration::BETA_ZONE_LABEL || key == migration::ZONE_LABEL
+                })
+                .collect::<BTreeMap<_, _>>()
+        });
+        let meta = ObjectMeta {
+            labels: zone_labels.filter(|labels| !labels.is_empty()),
+            ..trim_meta(metadata)
+        };
         Self {
-            meta: Meta::new(trim_meta(wire.metadata), interner),
-            spec: wire.spec.map(|spec| VolumeSpec {
+            meta: Meta::new(meta, interner),
+            spec: spec.map(|spec| VolumeSpec {
                 access_modes: interner.opt_list(spec.access_modes),
                 capacity: interner.quantities(spec.capacity),
                 claim_ref: spec
@@ -170,6 +238,7 @@ impl PersistentVolume {
                 }),
                 mount_options: interner.opt_list(spec.mount_options),
                 volume_mode: interner.opt_str(spec.volume_mode),
+                in_tree: in_tree.map(Box::new),
             }),
         }
     }
@@ -180,23 +249,29 @@ impl PersistentVolume {
     pub(crate) fn to_full(&self) -> real::PersistentVolume {
         real::PersistentVolume {
             metadata: self.meta.to_object_meta(),
-            spec: self.spec.as_ref().map(|spec| real::PersistentVolumeSpec {
-                access_modes: spec.access_modes.as_deref().map(to_vec),
-                capacity: spec.capacity.as_deref().map(to_quantities),
-                claim_ref: spec
-                    .claim_ref
-                    .as_deref()
-                    .map(Reference::to_object_reference),
-                csi: spec.csi.as_deref().map(|csi| CSIPersistentVolumeSource {
-                    driver: csi.driver.to_string(),
-                    volume_handle: csi.volume_handle.to_string(),
-                    fs_type: owned(csi.fs_type.as_deref()),
-                    controller_expand_secret_ref: csi.controller_expand_secret_ref.clone(),
+            spec: self.spec.as_ref().map(|spec| {
+                let mut full = real::PersistentVolumeSpec {
+                    access_modes: spec.access_modes.as_deref().map(to_vec),
+                    capacity: spec.capacity.as_deref().map(to_quantities),
+                    claim_ref: spec
+                        .claim_ref
+                        .as_deref()
+                        .map(Reference::to_object_reference),
+                    csi: spec.csi.as_deref().map(|csi| CSIPersistentVolumeSource {
+                        driver: csi.driver.to_string(),
+                        volume_handle: csi.volume_handle.to_string(),
+                        fs_type: owned(csi.fs_type.as_deref()),
+                        controller_expand_secret_ref: csi.controller_expand_secret_ref.clone(),
+                        ..Default::default()
+                    }),
+                    mount_options: spec.mount_options.as_deref().map(to_vec),
+                    volume_mode: owned(spec.volume_mode.as_deref()),
                     ..Default::default()
-                }),
-                mount_options: spec.mount_options.as_deref().map(to_vec),
-                volume_mode: owned(spec.volume_mode.as_deref()),
-                ..Default::default()
+                };
+                if let Some(in_tree) = &spec.in_tree {
+                    in_tree.restore(&mut full);
+                }
+                full
             }),
             status: None,
         }
@@ -486,6 +561,75 @@ mod tests {
                     .is_some_and(|a| a.len() == 2),
             "the fixture sets every field the resizer reads"
         );
+    }
+
+    #[test]
+    fn an_in_tree_pv_keeps_its_source_and_zone_labels_for_csi_migration() {
+        let mut json = volume_json();
+        json["spec"]["csi"] = Value::Null;
+        json["spec"]["gcePersistentDisk"] =
+            json!({"pdName": "disk", "fsType": "ext4", "partition": 1, "readOnly": true});
+        json["metadata"]["labels"] = json!({
+            "team": "storage",
+            "topology.kubernetes.io/zone": "us-central1-a",
+            "failure-domain.beta.kubernetes.io/zone": "us-central1-a",
+        });
+        let real: RealPv = serde_json::from_value(json.clone()).unwrap();
+        let full = cached_volume(json).to_full();
+        let spec = full.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.gce_persistent_disk,
+            real.spec.as_ref().unwrap().gce_persistent_disk
+        );
+        assert!(spec.nfs.is_none(), "other sources are not kept");
+        let labels: Vec<&str> = full
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "failure-domain.beta.kubernetes.io/zone",
+                "topology.kubernetes.io/zone"
+            ]
+        );
+        let translated = migration::translated_spec(&full).unwrap().unwrap();
+        assert_eq!(
+            translated.csi.unwrap().volume_handle,
+            "projects/UNSPECIFIED/zones/us-central1-a/disks/disk"
+        );
+        for (key, source) in [
+            ("awsElasticBlockStore", json!({"volumeID": "vol-1"})),
+            (
+                "azureDisk",
+                json!({"diskName": "d", "diskURI": "/d", "kind": "Managed"}),
+            ),
+            (
+                "azureFile",
+                json!({"secretName": "s", "shareName": "share"}),
+            ),
+            ("cinder", json!({"volumeID": "c-1"})),
+            ("vsphereVolume", json!({"volumePath": "[ds] v.vmdk"})),
+            ("portworxVolume", json!({"volumeID": "px-1"})),
+        ] {
+            let mut json = volume_json();
+            json["spec"]["csi"] = Value::Null;
+            json["spec"][key] = source;
+            let real: RealPv = serde_json::from_value(json.clone()).unwrap();
+            let full = cached_volume(json).to_full();
+            assert_eq!(
+                migration::in_tree_source(full.spec.as_ref().unwrap()).map(|s| s.plugin()),
+                migration::in_tree_source(real.spec.as_ref().unwrap()).map(|s| s.plugin()),
+                "{key}"
+            );
+            assert!(
+                full.metadata.labels.is_none(),
+                "{key}: no zone label to keep"
+            );
+        }
     }
 
     #[test]

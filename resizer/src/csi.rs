@@ -6,6 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use csi_common::connection::Connection;
+use csi_common::metrics::Migrated;
 use csi_common::status::CsiError;
 use proto::csi::v1::controller_client::ControllerClient;
 use proto::csi::v1::{ControllerExpandVolumeRequest, ControllerModifyVolumeRequest};
@@ -39,10 +40,12 @@ impl Expanded {
 
 /// external-resizer's `csi.Client.Expand`.
 pub(crate) trait ExpandDriver: Send + Sync + 'static {
-    /// ControllerExpandVolume.
+    /// ControllerExpandVolume; `migrated`: the volume is a translated in-tree one (the call's
+    /// `migrated` metric label).
     fn expand(
         &self,
         request: ControllerExpandVolumeRequest,
+        migrated: bool,
     ) -> impl Future<Output = Result<Expanded, CsiError>> + Send;
 }
 
@@ -64,9 +67,16 @@ impl TonicDriver {
 }
 
 impl ExpandDriver for TonicDriver {
-    async fn expand(&self, request: ControllerExpandVolumeRequest) -> Result<Expanded, CsiError> {
+    async fn expand(
+        &self,
+        request: ControllerExpandVolumeRequest,
+        migrated: bool,
+    ) -> Result<Expanded, CsiError> {
         let mut request = tonic::Request::new(request);
         request.set_timeout(self.timeout);
+        if migrated {
+            request.extensions_mut().insert(Migrated);
+        }
         let response = ControllerClient::new(self.connection.channel())
             .controller_expand_volume(request)
             .await?

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use csi_common::migration;
 use csi_common::quantity::{self, QuantityError};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -48,11 +49,6 @@ pub(crate) enum Skip {
     /// The PV is another driver's (or in-tree without migration to us).
     #[error("volume belongs to another driver")]
     NotOurs,
-    /// An in-tree PV whose claim names this driver as resizer: CSI migration.
-    #[error(
-        "expanding in-tree volume {0:?} through CSI migration is not supported yet by this csi-resizer"
-    )]
-    Migration(String),
     /// The PV's claimRef does not point at this claim (namespace and UID).
     #[error("PV {0:?} is not bound to this claim")]
     ClaimRefMismatch(String),
@@ -79,7 +75,7 @@ impl Skip {
 
     /// Whether a user should hear about it (a Warning event on the claim).
     pub(crate) fn is_user_error(&self) -> bool {
-        matches!(self, Self::Migration(_) | Self::Quantity { .. })
+        matches!(self, Self::Quantity { .. })
     }
 }
 
@@ -112,6 +108,23 @@ pub(crate) fn bound_volume(pvc: &PersistentVolumeClaim) -> Option<&str> {
     bound.then_some(name)
 }
 
+/// Whether `pv` is expanded by `driver`: its CSI volume, or (CSI migration, external-resizer
+/// `CanSupport`) a PV without `csi` when `driver` is one in-tree volumes migrated to and
+/// kube-controller-manager named it the claim's resizer; the expansion translates such a PV
+/// (`request::volume`).
+fn ours(pvc: &PersistentVolumeClaim, pv: &PersistentVolume, driver: &str) -> bool {
+    if let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) {
+        return csi.driver == driver;
+    }
+    let delegated = pvc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(STORAGE_RESIZER_ANNOTATION))
+        .is_some_and(|d| d == driver);
+    delegated && migration::is_migration_driver(driver)
+}
+
 /// Whether this claim is handled by the resizer of `driver` and, if so, its sizes (spec
 /// §2.3 "Which PVCs are handled by the resize controller").
 pub(crate) fn claim(
@@ -142,24 +155,10 @@ pub(crate) fn claim(
     let Some(pv) = pv else {
         return Err(Skip::VolumeNotCached(pv_name.to_owned()));
     };
-    let pv_spec = pv.spec.as_ref();
-    match pv_spec.and_then(|s| s.csi.as_ref()) {
-        Some(csi) if csi.driver == driver => {}
-        Some(_) => return Err(Skip::NotOurs),
-        None => {
-            let delegated = pvc
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(STORAGE_RESIZER_ANNOTATION))
-                .is_some_and(|d| d == driver);
-            return Err(if delegated {
-                Skip::Migration(pv_name.to_owned())
-            } else {
-                Skip::NotOurs
-            });
-        }
+    if !ours(pvc, pv, driver) {
+        return Err(Skip::NotOurs);
     }
+    let pv_spec = pv.spec.as_ref();
     let claim_ref = pv_spec.and_then(|s| s.claim_ref.as_ref());
     let matches = claim_ref.is_some_and(|r| {
         r.namespace == pvc.metadata.namespace && r.uid == pvc.metadata.uid && r.uid.is_some()
@@ -313,12 +312,7 @@ pub(crate) fn pre_resize_annotation_done(
     pv: &PersistentVolume,
     driver: &str,
 ) -> bool {
-    let ours = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.csi.as_ref())
-        .is_some_and(|csi| csi.driver == driver);
-    let has = ours
+    let has = ours(pvc, pv, driver)
         && pv
             .metadata
             .annotations

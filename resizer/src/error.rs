@@ -31,6 +31,21 @@ pub(crate) enum ExpandError {
     /// The PV has an empty volume handle.
     #[error("PV has an empty volume handle")]
     NoVolumeHandle,
+    /// An in-tree PV (CSI migration) that csi-translation-lib refuses to translate, or of no
+    /// plugin it knows; external-resizer's and csi-translation-lib's words.
+    #[error("failed to translate persistent volume: {0}")]
+    Translation(Untranslatable),
+}
+
+/// Why an in-tree PV has no CSI translation.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Untranslatable {
+    /// The translation refused the source.
+    #[error(transparent)]
+    Refused(csi_common::migration::TranslationError),
+    /// Not a source of the seven migrated plugins.
+    #[error("could not find in-tree plugin translation logic for {0:?}")]
+    NoPlugin(String),
 }
 
 impl ExpandError {
@@ -43,7 +58,10 @@ impl ExpandError {
         match self {
             Self::Csi(err) => err.is_final(),
             Self::CapacityTooSmall { .. } => true,
-            Self::Secret(_) | Self::AccessModes(_) | Self::NoVolumeHandle => false,
+            Self::Secret(_)
+            | Self::AccessModes(_)
+            | Self::NoVolumeHandle
+            | Self::Translation(_) => false,
         }
     }
 
@@ -55,7 +73,10 @@ impl ExpandError {
         self.is_final()
             || matches!(
                 self,
-                Self::Secret(_) | Self::AccessModes(_) | Self::NoVolumeHandle
+                Self::Secret(_)
+                    | Self::AccessModes(_)
+                    | Self::NoVolumeHandle
+                    | Self::Translation(_)
             )
     }
 

@@ -2,15 +2,39 @@
 //! volume handle, the target as `required_bytes`, the expand secrets and the volume capability
 //! built like the attacher's, but with no default fs type (spec sidecars.md §2.4 step 7).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use csi_common::access_modes;
 use csi_common::capabilities::ControllerCapabilities;
+use csi_common::migration;
 use csi_common::volume_capability::{self, AccessType};
-use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolumeSpec};
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
+};
 use proto::csi::v1::{CapacityRange, ControllerExpandVolumeRequest};
 
-use crate::error::ExpandError;
+use crate::error::{ExpandError, Untranslatable};
+
+/// The spec ControllerExpandVolume is built from, and whether it is a translation: the PV's
+/// own when it has a CSI source, else its in-tree source translated as csi-translation-lib
+/// does (CSI migration; external-resizer `csiResizer.Resize`). A PV with neither has no
+/// handle.
+pub(crate) fn volume(
+    pv: &PersistentVolume,
+) -> Result<(Cow<'_, PersistentVolumeSpec>, bool), ExpandError> {
+    let spec = pv.spec.as_ref().ok_or(ExpandError::NoVolumeHandle)?;
+    if spec.csi.is_some() {
+        return Ok((Cow::Borrowed(spec), false));
+    }
+    match migration::translated_spec(pv) {
+        Some(Ok(translated)) => Ok((Cow::Owned(translated), true)),
+        Some(Err(refused)) => Err(ExpandError::Translation(Untranslatable::Refused(refused))),
+        None => Err(ExpandError::Translation(Untranslatable::NoPlugin(
+            pv.metadata.name.clone().unwrap_or_default(),
+        ))),
+    }
+}
 
 /// The request to expand the volume of `spec` (with CSI source `csi`) to `target` bytes.
 pub(crate) fn expand(
@@ -134,5 +158,47 @@ mod tests {
             &caps,
         );
         assert!(matches!(rwop_mixed, Err(ExpandError::AccessModes(_))));
+    }
+
+    #[test]
+    fn an_in_tree_pv_is_expanded_as_its_translation() {
+        let pv = |spec: serde_json::Value| -> PersistentVolume {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "pv-1"}, "spec": spec}))
+                .unwrap()
+        };
+        let csi = pv(serde_json::json!({"csi": {"driver": "d", "volumeHandle": "h"}}));
+        let (spec, migrated) = volume(&csi).unwrap();
+        assert!(!migrated && matches!(spec, Cow::Borrowed(_)));
+
+        let ebs = pv(serde_json::json!({
+            "awsElasticBlockStore": {"volumeID": "aws://us-east-1a/vol-1", "fsType": "xfs"},
+            "accessModes": ["ReadWriteOnce"],
+        }));
+        let (spec, migrated) = volume(&ebs).unwrap();
+        assert!(migrated);
+        let source = spec.csi.as_ref().unwrap();
+        let request = expand(
+            &spec,
+            source,
+            2,
+            HashMap::new(),
+            &ControllerCapabilities::default(),
+        )
+        .unwrap();
+        assert_eq!(request.volume_id, "vol-1");
+
+        let cases = [
+            (
+                serde_json::json!({"awsElasticBlockStore": {"volumeID": "aws://z/bad"}}),
+                "failed to translate persistent volume: failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume (aws://z/bad)",
+            ),
+            (
+                serde_json::json!({"nfs": {"server": "s", "path": "/"}}),
+                "failed to translate persistent volume: could not find in-tree plugin translation logic for \"pv-1\"",
+            ),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(volume(&pv(spec)).unwrap_err().to_string(), want);
+        }
     }
 }

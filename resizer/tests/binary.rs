@@ -650,40 +650,6 @@ async fn a_driver_that_cannot_expand_is_fatal() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_in_tree_volume_delegated_to_the_driver_gets_a_clear_event() {
-    let cluster = Cluster::start_with_pv(no_node_expansion(), |pv| {
-        let spec = pv.spec.as_mut().unwrap();
-        spec.csi = None;
-        spec.host_path = Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
-            path: "/data".into(),
-            ..Default::default()
-        });
-    })
-    .await;
-    cluster
-        .claims()
-        .patch(
-            "data",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                "volume.kubernetes.io/storage-resizer": DRIVER,
-            }}})),
-        )
-        .await
-        .unwrap();
-    let _resizer = cluster.resizer(&[]);
-    cluster.request("2Gi").await;
-    let failed = cluster.event("VolumeResizeFailed").await;
-    assert_eq!(
-        failed.message.as_deref(),
-        Some(
-            "expanding in-tree volume \"pv-1\" through CSI migration is not supported yet by this csi-resizer"
-        )
-    );
-    assert_eq!(cluster.driver.call_count(Method::ControllerExpandVolume), 0);
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn a_hundred_claims_grown_at_once_all_reach_their_size() {
     const CLAIMS: usize = 100;
     let cluster = Cluster::start(no_node_expansion()).await;

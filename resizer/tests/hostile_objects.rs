@@ -1,8 +1,8 @@
 //! The hostile-object suite of csi-resizer (issue 14, "Hostile input"), like csi-provisioner's
 //! `hostile_objects.rs`: one real `csi-resizer` against the in-memory API server and the mock
 //! driver, given at once bound claims whose expansion is wrong in its own way (requests and
-//! PV sizes beyond a byte count, an in-tree PV handed to the driver, a PV bound to another
-//! claim, a missing expansion Secret, a size beyond the driver) and odd but valid ones
+//! PV sizes beyond a byte count, a PV bound to another claim, a missing expansion Secret, a
+//! size beyond the driver; in-tree PVs the translation refuses are `tests/migration.rs`'s) and odd but valid ones
 //! (fractional and exponent quantities, a huge annotation). Each wrong one must get its own
 //! `VolumeResizeFailed` Warning with a clear message, and never a ControllerExpandVolume but
 //! where the driver's own refusal is the point; each odd one must reach its size; a good
@@ -36,12 +36,10 @@ enum Outcome {
     Grows,
 }
 
-/// Claim `data-<n>` bound to `pv-<n>` (changed by `pv`), with the storage-resizer
-/// annotation naming the driver when `delegated`, its request set to `request`.
+/// Claim `data-<n>` bound to `pv-<n>` (changed by `pv`), its request set to `request`.
 struct Case {
     name: &'static str,
     pv: fn(&mut PersistentVolume),
-    delegated: bool,
     request: &'static str,
     outcome: Outcome,
 }
@@ -60,7 +58,6 @@ fn cases() -> Vec<Case> {
         Case {
             name: "request-8ei",
             pv: keep,
-            delegated: false,
             request: "8Ei",
             outcome: Outcome::Fails(
                 r#"invalid spec.resources.requests.storage "8Ei": quantity is larger than 9223372036854775807 bytes"#,
@@ -69,7 +66,6 @@ fn cases() -> Vec<Case> {
         Case {
             name: "request-exponent",
             pv: keep,
-            delegated: false,
             request: "1e40",
             outcome: Outcome::Fails(
                 r#"invalid spec.resources.requests.storage "1e40": quantity is larger than"#,
@@ -78,31 +74,12 @@ fn cases() -> Vec<Case> {
         Case {
             name: "pv-size-overflow",
             pv: |pv| pv_size(pv, "1e40"),
-            delegated: false,
             request: "2Gi",
             outcome: Outcome::Fails(r#"invalid spec.capacity.storage "1e40""#),
         },
         Case {
-            name: "in-tree",
-            pv: |pv| {
-                let spec = pv.spec.as_mut().unwrap();
-                spec.csi = None;
-                spec.host_path = Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
-                    path: "/data".into(),
-                    ..Default::default()
-                });
-            },
-            // As kube-controller-manager marks an in-tree volume whose plugin migrated.
-            delegated: true,
-            request: "2Gi",
-            outcome: Outcome::Fails(
-                "through CSI migration is not supported yet by this csi-resizer",
-            ),
-        },
-        Case {
             name: "secret-missing",
             pv: |pv| expand_secret(pv, "absent"),
-            delegated: false,
             request: "2Gi",
             outcome: Outcome::Fails(
                 r#"failed: error getting secret absent in namespace default: secrets "absent" not found"#,
@@ -111,21 +88,18 @@ fn cases() -> Vec<Case> {
         Case {
             name: "above-the-driver",
             pv: keep,
-            delegated: false,
             request: "2Ti",
             outcome: Outcome::Fails("failed: rpc error: code = OutOfRange"),
         },
         Case {
             name: "fraction",
             pv: keep,
-            delegated: false,
             request: "1.5Gi",
             outcome: Outcome::Grows,
         },
         Case {
             name: "exponent",
             pv: keep,
-            delegated: false,
             request: "2e9",
             outcome: Outcome::Grows,
         },
@@ -154,8 +128,6 @@ async fn every_hostile_expansion_gets_its_own_clear_event_and_the_sidecar_keeps_
                 &Patch::Merge(json!({"metadata": {"annotations": {
                     "test.csi.k8s.io/case": case.name,
                     "example.com/notes": "\u{1f4be}".repeat(50_000),
-                    "volume.kubernetes.io/storage-resizer":
-                        if case.delegated { json!(DRIVER) } else { serde_json::Value::Null },
                 }}})),
             )
             .await

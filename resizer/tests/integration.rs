@@ -8,4 +8,5 @@ mod binary;
 mod driver_garbage;
 mod flags;
 mod hostile_objects;
+mod migration;
 mod modify;

@@ -237,7 +237,7 @@ async fn expand<D: ExpandDriver>(
     pv: &PersistentVolume,
     target: i64,
 ) -> Result<Expanded, ExpandError> {
-    let spec = pv.spec.as_ref().ok_or(ExpandError::NoVolumeHandle)?;
+    let (spec, migrated) = request::volume(pv)?;
     let csi = spec.csi.as_ref().ok_or(ExpandError::NoVolumeHandle)?;
     let secrets = match &csi.controller_expand_secret_ref {
         Some(reference) => secrets::fetch(&ctx.client, &SecretRef::from(reference))
@@ -245,8 +245,12 @@ async fn expand<D: ExpandDriver>(
             .map_err(ExpandError::Secret)?,
         None => std::collections::HashMap::default(),
     };
-    let request = request::expand(spec, csi, target, secrets, &ctx.settings.capabilities)?;
-    let expanded = ctx.driver.expand(request).await.map_err(ExpandError::Csi)?;
+    let request = request::expand(&spec, csi, target, secrets, &ctx.settings.capabilities)?;
+    let expanded = ctx
+        .driver
+        .expand(request, migrated)
+        .await
+        .map_err(ExpandError::Csi)?;
     expanded.at_least(target)
 }
 

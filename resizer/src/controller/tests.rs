@@ -31,7 +31,11 @@ struct ScriptedDriver {
 }
 
 impl ExpandDriver for ScriptedDriver {
-    async fn expand(&self, request: ControllerExpandVolumeRequest) -> Result<Expanded, CsiError> {
+    async fn expand(
+        &self,
+        request: ControllerExpandVolumeRequest,
+        _: bool,
+    ) -> Result<Expanded, CsiError> {
         let size = request.capacity_range.map_or(0, |r| r.required_bytes);
         self.requested.lock().unwrap().push(size);
         self.answers

@@ -161,10 +161,10 @@ fn which_claims_qualify() {
         ),
         ("in-tree", pvc(), Some(in_tree.clone()), Err(Skip::NotOurs)),
         (
-            "in-tree delegated to us",
+            "in-tree delegated to a driver no in-tree plugin migrated to",
             delegated,
             Some(in_tree),
-            Err(Skip::Migration("pv-1".into())),
+            Err(Skip::NotOurs),
         ),
         (
             "claimRef uid",
@@ -215,7 +215,50 @@ fn bad_input_is_a_user_error_not_a_panic() {
     );
     assert!(err.is_user_error() && !err.retry());
     assert!(Skip::VolumeNotCached("pv".into()).retry());
-    assert!(Skip::Migration("pv".into()).is_user_error());
+}
+
+#[test]
+fn an_in_tree_pv_is_a_migration_drivers_when_the_claim_names_it_resizer() {
+    const EBS: &str = "ebs.csi.aws.com";
+    let in_tree = with_pv(|v| {
+        let spec = v.spec.as_mut().unwrap();
+        spec.csi = None;
+        spec.aws_elastic_block_store = Some(
+            k8s_openapi::api::core::v1::AWSElasticBlockStoreVolumeSource {
+                volume_id: "vol-1".into(),
+                ..Default::default()
+            },
+        );
+    });
+    let resizer = |name: &str| {
+        with(pvc(), |p| {
+            p.metadata.annotations = Some(BTreeMap::from([(
+                STORAGE_RESIZER_ANNOTATION.to_owned(),
+                name.to_owned(),
+            )]));
+        })
+    };
+    let cases = [
+        ("named", resizer(EBS), true),
+        (
+            "another driver named",
+            resizer("pd.csi.storage.gke.io"),
+            false,
+        ),
+        (
+            "the in-tree plugin named (migration off)",
+            resizer("kubernetes.io/aws-ebs"),
+            false,
+        ),
+        ("not named", pvc(), false),
+    ];
+    for (name, pvc, ours) in cases {
+        let got = claim(&pvc, Some(&in_tree), EBS);
+        assert_eq!(got.is_ok(), ours, "{name}: {got:?}");
+        if !ours {
+            assert_eq!(got, Err(Skip::NotOurs), "{name}");
+        }
+    }
 }
 
 #[test]

@@ -69,6 +69,17 @@ impl Cluster {
         config: MockDriverConfig,
         pv_change: impl FnOnce(&mut PersistentVolume),
     ) -> Self {
+        Self::start_named(server, DRIVER, config, pv_change).await
+    }
+
+    /// As [`Cluster::start_on`], with the driver named `driver_name` (the PVs stay CSI
+    /// volumes of [`DRIVER`] unless `pv_change` changes them).
+    pub(crate) async fn start_named(
+        server: ApiServer,
+        driver_name: &str,
+        config: MockDriverConfig,
+        pv_change: impl FnOnce(&mut PersistentVolume),
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let listening = server.listen().await.unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
@@ -76,7 +87,7 @@ impl Cluster {
         let client = server.client();
         let driver = MockDriver::start(
             MockDriverConfig {
-                driver_name: DRIVER.into(),
+                driver_name: driver_name.into(),
                 ..config
             },
             dir.path().join("csi.sock"),

@@ -135,7 +135,11 @@ struct Backend {
 struct ScriptedBackend(Mutex<Backend>);
 
 impl ExpandDriver for ScriptedBackend {
-    async fn expand(&self, request: ControllerExpandVolumeRequest) -> Result<Expanded, CsiError> {
+    async fn expand(
+        &self,
+        request: ControllerExpandVolumeRequest,
+        _: bool,
+    ) -> Result<Expanded, CsiError> {
         let mut backend = self.0.lock().unwrap();
         let target = request.capacity_range.map_or(0, |r| r.required_bytes);
         if let Some(uncertain) = backend.uncertain
