@@ -127,6 +127,66 @@ impl InTreeSource<'_> {
     }
 }
 
+/// An in-tree source of one of the seven plugins, owned: what a sidecar's cache keeps of a
+/// PersistentVolume's in-tree source (boxed, on the few PVs that have one) and puts back into
+/// the PersistentVolume it hands out ([`InTreeVolume::restore`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum InTreeVolume {
+    /// `spec.awsElasticBlockStore`.
+    AwsEbs(AWSElasticBlockStoreVolumeSource),
+    /// `spec.gcePersistentDisk`.
+    GcePd(GCEPersistentDiskVolumeSource),
+    /// `spec.azureDisk`.
+    AzureDisk(AzureDiskVolumeSource),
+    /// `spec.azureFile`.
+    AzureFile(AzureFilePersistentVolumeSource),
+    /// `spec.cinder`.
+    Cinder(CinderPersistentVolumeSource),
+    /// `spec.vsphereVolume`.
+    Vsphere(VsphereVirtualDiskVolumeSource),
+    /// `spec.portworxVolume`.
+    Portworx(PortworxVolumeSource),
+}
+
+/// The seven in-tree sources of a PersistentVolumeSpec as a cache's wire form reads them, in
+/// the spec's field order.
+pub type InTreeFields = (
+    Option<AWSElasticBlockStoreVolumeSource>,
+    Option<GCEPersistentDiskVolumeSource>,
+    Option<AzureDiskVolumeSource>,
+    Option<AzureFilePersistentVolumeSource>,
+    Option<CinderPersistentVolumeSource>,
+    Option<VsphereVirtualDiskVolumeSource>,
+    Option<PortworxVolumeSource>,
+);
+
+impl InTreeVolume {
+    /// The one source set among `fields` (the API server lets a PV have one at most).
+    pub fn of(fields: InTreeFields) -> Option<Self> {
+        let (ebs, gce, azure_disk, azure_file, cinder, vsphere, portworx) = fields;
+        None.or(gce.map(Self::GcePd))
+            .or(ebs.map(Self::AwsEbs))
+            .or(cinder.map(Self::Cinder))
+            .or(azure_disk.map(Self::AzureDisk))
+            .or(azure_file.map(Self::AzureFile))
+            .or(vsphere.map(Self::Vsphere))
+            .or(portworx.map(Self::Portworx))
+    }
+
+    /// Sets the source in `spec`.
+    pub fn restore(&self, spec: &mut PersistentVolumeSpec) {
+        match self.clone() {
+            Self::AwsEbs(source) => spec.aws_elastic_block_store = Some(source),
+            Self::GcePd(source) => spec.gce_persistent_disk = Some(source),
+            Self::AzureDisk(source) => spec.azure_disk = Some(source),
+            Self::AzureFile(source) => spec.azure_file = Some(source),
+            Self::Cinder(source) => spec.cinder = Some(source),
+            Self::Vsphere(source) => spec.vsphere_volume = Some(source),
+            Self::Portworx(source) => spec.portworx_volume = Some(source),
+        }
+    }
+}
+
 /// PV label with the zone(s) of a volume, beta form (read first by the GCE PD translation).
 pub const BETA_ZONE_LABEL: &str = "failure-domain.beta.kubernetes.io/zone";
 /// PV label with the zone(s) of a volume, GA form.

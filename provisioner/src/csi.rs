@@ -9,6 +9,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use csi_common::connection::Connection;
+use csi_common::metrics::Migrated;
 use csi_common::status::CsiError;
 use proto::csi::v1::controller_client::ControllerClient;
 use proto::csi::v1::{CreateVolumeRequest, CreateVolumeResponse, DeleteVolumeRequest};
@@ -22,10 +23,12 @@ pub(crate) trait VolumeDriver: Send + Sync + 'static {
         request: CreateVolumeRequest,
     ) -> impl Future<Output = Result<CreateVolumeResponse, CsiError>> + Send;
 
-    /// DeleteVolume.
+    /// DeleteVolume; `migrated`: the volume is a translated in-tree one (the call's `migrated`
+    /// metric label).
     fn delete_volume(
         &self,
         request: DeleteVolumeRequest,
+        migrated: bool,
     ) -> impl Future<Output = Result<(), CsiError>> + Send;
 }
 
@@ -62,9 +65,17 @@ impl VolumeDriver for TonicDriver {
         Ok(response.into_inner())
     }
 
-    async fn delete_volume(&self, request: DeleteVolumeRequest) -> Result<(), CsiError> {
+    async fn delete_volume(
+        &self,
+        request: DeleteVolumeRequest,
+        migrated: bool,
+    ) -> Result<(), CsiError> {
         let mut client = ControllerClient::new(self.connection.channel());
-        client.delete_volume(self.request(request)).await?;
+        let mut request = self.request(request);
+        if migrated {
+            request.extensions_mut().insert(Migrated);
+        }
+        client.delete_volume(request).await?;
         Ok(())
     }
 }

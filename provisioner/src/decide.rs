@@ -6,6 +6,9 @@
 //! `handleProtectionFinalizer` and `shouldDelete` (volumes). Pure decisions over the objects;
 //! the controller carries them out.
 
+use std::borrow::Cow;
+
+use csi_common::migration;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
@@ -167,6 +170,21 @@ fn is_ours(driver_name: &str, pv: &PersistentVolume) -> bool {
             Some(csi) => csi.driver == driver_name,
             None => migrated_to_us,
         },
+    }
+}
+
+/// The CSI volume id a Released PV is deleted with, and whether it is a translation: an
+/// in-tree PV of a plugin migrated to CSI (kube-controller-manager leaves its deletion to the
+/// driver's provisioner, `migrated-to`) is translated first, as external-provisioner's
+/// `Delete` does with csi-translation-lib; any other PV needs `spec.csi`.
+pub(crate) fn volume_to_delete(pv: &PersistentVolume) -> Result<(Cow<'_, str>, bool), PlanError> {
+    match migration::translated_spec(pv) {
+        Some(Ok(spec)) => spec
+            .csi
+            .map(|csi| (Cow::Owned(csi.volume_handle), true))
+            .ok_or(PlanError::InvalidCsiPv),
+        Some(Err(refused)) => Err(PlanError::Translation(refused)),
+        None => volume_handle(pv).map(|handle| (Cow::Borrowed(handle), false)),
     }
 }
 

@@ -173,6 +173,10 @@ pub(crate) enum PlanError {
     /// A PV without `spec.csi` reached deletion.
     #[error("invalid CSI PV")]
     InvalidCsiPv,
+    /// An in-tree PV (CSI migration) whose source csi-translation-lib refuses to translate;
+    /// its text alone, as upstream's `Delete` returns it.
+    #[error(transparent)]
+    Translation(csi_common::migration::TranslationError),
     /// The clone or snapshot source cannot be used (yet).
     #[error(transparent)]
     Source(SourceError),
@@ -201,7 +205,8 @@ impl PlanError {
             | Self::StorageRequest { .. }
             | Self::AccessMode(_)
             | Self::StripParameters(_)
-            | Self::InvalidCsiPv => ProvisioningState::Finished,
+            | Self::InvalidCsiPv
+            | Self::Translation(_) => ProvisioningState::Finished,
             // The node the scheduler picked is gone: let it pick another.
             Self::SelectedCsiNodeNotFound { .. } => ProvisioningState::Reschedule,
             // Upstream returns NoChange for these: an earlier in-background attempt stays in

@@ -10,5 +10,6 @@ mod data_sources;
 mod driver_garbage;
 mod flags;
 mod hostile_objects;
+mod migration;
 mod node_deployment;
 mod volume_attributes_class;

@@ -40,7 +40,7 @@ use csi_common::informer::Keyed;
 use csi_common::intern::{
     Interner, SharedList, SharedPairs, to_map, to_quantities, to_vec, with_interner,
 };
-use csi_common::migration;
+use csi_common::migration::{self, InTreeVolume};
 use k8s_openapi::api::core::v1::{
     self as real, CSIPersistentVolumeSource, ModifyVolumeStatus, ObjectReference,
     PersistentVolumeClaimCondition, SecretReference,
@@ -80,42 +80,16 @@ struct VolumeSpecWire {
 
 impl VolumeSpecWire {
     /// The in-tree source CSI migration translates, taken out of the wire form.
-    fn take_in_tree(&mut self) -> Option<InTree> {
-        None.or_else(|| self.gce_persistent_disk.take().map(InTree::GcePd))
-            .or_else(|| self.aws_elastic_block_store.take().map(InTree::AwsEbs))
-            .or_else(|| self.cinder.take().map(InTree::Cinder))
-            .or_else(|| self.azure_disk.take().map(InTree::AzureDisk))
-            .or_else(|| self.azure_file.take().map(InTree::AzureFile))
-            .or_else(|| self.vsphere_volume.take().map(InTree::Vsphere))
-            .or_else(|| self.portworx_volume.take().map(InTree::Portworx))
-    }
-}
-
-/// The in-tree source of a PV of one of the seven plugins CSI migration translates (a PV has
-/// one volume source at most).
-#[derive(Debug, Clone, PartialEq)]
-enum InTree {
-    AwsEbs(real::AWSElasticBlockStoreVolumeSource),
-    GcePd(real::GCEPersistentDiskVolumeSource),
-    AzureDisk(real::AzureDiskVolumeSource),
-    AzureFile(real::AzureFilePersistentVolumeSource),
-    Cinder(real::CinderPersistentVolumeSource),
-    Vsphere(real::VsphereVirtualDiskVolumeSource),
-    Portworx(real::PortworxVolumeSource),
-}
-
-impl InTree {
-    /// Puts the source back into a real spec.
-    fn restore(&self, spec: &mut real::PersistentVolumeSpec) {
-        match self.clone() {
-            InTree::AwsEbs(source) => spec.aws_elastic_block_store = Some(source),
-            InTree::GcePd(source) => spec.gce_persistent_disk = Some(source),
-            InTree::AzureDisk(source) => spec.azure_disk = Some(source),
-            InTree::AzureFile(source) => spec.azure_file = Some(source),
-            InTree::Cinder(source) => spec.cinder = Some(source),
-            InTree::Vsphere(source) => spec.vsphere_volume = Some(source),
-            InTree::Portworx(source) => spec.portworx_volume = Some(source),
-        }
+    fn take_in_tree(&mut self) -> Option<InTreeVolume> {
+        InTreeVolume::of((
+            self.aws_elastic_block_store.take(),
+            self.gce_persistent_disk.take(),
+            self.azure_disk.take(),
+            self.azure_file.take(),
+            self.cinder.take(),
+            self.vsphere_volume.take(),
+            self.portworx_volume.take(),
+        ))
     }
 }
 
@@ -177,7 +151,7 @@ struct VolumeSpec {
     /// `Block` or `Filesystem`.
     volume_mode: Option<Arc<str>>,
     /// The in-tree source of a PV without `csi` that CSI migration expands through this driver.
-    in_tree: Option<Box<InTree>>,
+    in_tree: Option<Box<InTreeVolume>>,
 }
 
 /// What the resizer reads of a `CSIPersistentVolumeSource`: not the volume attributes, the

@@ -23,11 +23,12 @@
 //!   access modes, volume mode, selector, data sources, VolumeAttributesClass, bound volume:
 //!   provisioning, cloning and the Update read or carry all of it); of the status only the
 //!   phase (an Update never writes the status, a subresource).
-//! * Volumes: all of `metadata` but `managedFields`; of the spec everything but the in-tree
-//!   sources (a PV without `csi` is only ever the provisioner's through its annotations):
-//!   `capacity`, `claimRef`, `csi`, the reclaim policy, node affinity, class,
-//!   VolumeAttributesClass, access modes, mount options, volume mode; of the status only the
-//!   phase.
+//! * Volumes: all of `metadata` but `managedFields`; of the spec `capacity`, `claimRef`, `csi`,
+//!   the reclaim policy, node affinity, class, VolumeAttributesClass, access modes, mount
+//!   options, volume mode, and the in-tree source of the seven plugins CSI migration translates
+//!   (one box, on the PVs that have one: such a PV is the provisioner's to delete through its
+//!   `migrated-to` annotation); not the other in-tree sources (a PV without `csi` is only ever
+//!   the provisioner's through its annotations); of the status only the phase.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use csi_common::informer::Keyed;
 use csi_common::intern::{
     Interner, NodeAffinity, SharedList, SharedPairs, to_map, to_quantities, to_vec, with_interner,
 };
+use csi_common::migration::InTreeVolume;
 use k8s_openapi::api::core::v1::{
     self as real, CSIPersistentVolumeSource, ObjectReference, SecretReference,
     TypedLocalObjectReference, TypedObjectReference, VolumeNodeAffinity,
@@ -93,7 +95,8 @@ pub(crate) struct VolumeWire {
     status: Option<PhaseWire>,
 }
 
-/// A `PersistentVolumeSpec` without the in-tree sources, as read.
+/// A `PersistentVolumeSpec` without the in-tree sources CSI migration does not translate, as
+/// read.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct VolumeSpecWire {
@@ -107,6 +110,13 @@ struct VolumeSpecWire {
     storage_class_name: Option<String>,
     volume_attributes_class_name: Option<String>,
     volume_mode: Option<String>,
+    aws_elastic_block_store: Option<real::AWSElasticBlockStoreVolumeSource>,
+    gce_persistent_disk: Option<real::GCEPersistentDiskVolumeSource>,
+    azure_disk: Option<real::AzureDiskVolumeSource>,
+    azure_file: Option<real::AzureFilePersistentVolumeSource>,
+    cinder: Option<real::CinderPersistentVolumeSource>,
+    vsphere_volume: Option<real::VsphereVirtualDiskVolumeSource>,
+    portworx_volume: Option<real::PortworxVolumeSource>,
 }
 
 csi_common::same_resource_as!(VolumeWire, real::PersistentVolume);
@@ -232,7 +242,7 @@ pub(crate) struct PersistentVolume {
     status: Option<Phase>,
 }
 
-/// A volume's spec without the in-tree sources; the rarely set structures boxed, the strings
+/// A volume's spec; the rarely set structures boxed, the strings
 /// most volumes share interned.
 #[derive(Debug, Clone, PartialEq)]
 struct VolumeSpec {
@@ -246,6 +256,8 @@ struct VolumeSpec {
     storage_class_name: Option<Arc<str>>,
     volume_attributes_class_name: Option<Arc<str>>,
     volume_mode: Option<Arc<str>>,
+    /// The in-tree source of a PV of a plugin migrated to CSI, deleted through its translation.
+    in_tree: Option<Box<InTreeVolume>>,
 }
 
 /// A `CSIPersistentVolumeSource`: every PV the provisioner makes has at least the attribute
@@ -290,33 +302,51 @@ impl PersistentVolume {
                 storage_class_name: interner.opt_str(spec.storage_class_name),
                 volume_attributes_class_name: interner.opt_str(spec.volume_attributes_class_name),
                 volume_mode: interner.opt_str(spec.volume_mode),
+                in_tree: InTreeVolume::of((
+                    spec.aws_elastic_block_store,
+                    spec.gce_persistent_disk,
+                    spec.azure_disk,
+                    spec.azure_file,
+                    spec.cinder,
+                    spec.vsphere_volume,
+                    spec.portworx_volume,
+                ))
+                .map(Box::new),
             }),
             status: wire.status.map(|s| Phase(interner.opt_str(s.phase))),
         }
     }
 
-    /// The real PersistentVolume with the fields kept here; no in-tree source, the status has
-    /// only its phase.
+    /// The real PersistentVolume with the fields kept here; of the in-tree sources only those CSI
+    /// migration translates, the status has only its phase.
     pub(crate) fn to_full(&self) -> real::PersistentVolume {
         real::PersistentVolume {
             metadata: self.meta.to_object_meta(),
-            spec: self.spec.as_ref().map(|spec| real::PersistentVolumeSpec {
-                access_modes: spec.access_modes.as_deref().map(to_vec),
-                capacity: spec.capacity.as_deref().map(to_quantities),
-                claim_ref: spec
-                    .claim_ref
-                    .as_deref()
-                    .map(Reference::to_object_reference),
-                csi: spec.csi.as_deref().map(CsiSource::to_full),
-                mount_options: spec.mount_options.as_deref().map(to_vec),
-                node_affinity: spec.node_affinity.as_deref().map(|a| (**a).clone()),
-                persistent_volume_reclaim_policy: owned(
-                    spec.persistent_volume_reclaim_policy.as_deref(),
-                ),
-                storage_class_name: owned(spec.storage_class_name.as_deref()),
-                volume_attributes_class_name: owned(spec.volume_attributes_class_name.as_deref()),
-                volume_mode: owned(spec.volume_mode.as_deref()),
-                ..Default::default()
+            spec: self.spec.as_ref().map(|spec| {
+                let mut full = real::PersistentVolumeSpec {
+                    access_modes: spec.access_modes.as_deref().map(to_vec),
+                    capacity: spec.capacity.as_deref().map(to_quantities),
+                    claim_ref: spec
+                        .claim_ref
+                        .as_deref()
+                        .map(Reference::to_object_reference),
+                    csi: spec.csi.as_deref().map(CsiSource::to_full),
+                    mount_options: spec.mount_options.as_deref().map(to_vec),
+                    node_affinity: spec.node_affinity.as_deref().map(|a| (**a).clone()),
+                    persistent_volume_reclaim_policy: owned(
+                        spec.persistent_volume_reclaim_policy.as_deref(),
+                    ),
+                    storage_class_name: owned(spec.storage_class_name.as_deref()),
+                    volume_attributes_class_name: owned(
+                        spec.volume_attributes_class_name.as_deref(),
+                    ),
+                    volume_mode: owned(spec.volume_mode.as_deref()),
+                    ..Default::default()
+                };
+                if let Some(in_tree) = &spec.in_tree {
+                    in_tree.restore(&mut full);
+                }
+                full
             }),
             status: self
                 .status

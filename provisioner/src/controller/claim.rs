@@ -359,7 +359,8 @@ async fn sync_gone<D: VolumeDriver>(ctx: &Context<D>, key: &ClaimKey) -> Outcome
         volume_id: volume_id.clone(),
         secrets,
     };
-    match ctx.driver.delete_volume(request).await {
+    // A volume this provisioner just made: a CSI volume, never a translation.
+    match ctx.driver.delete_volume(request, false).await {
         Ok(()) => {
             tracing::info!(%claim, volume_id, "deleted the volume of a claim deleted during provisioning");
             ctx.in_progress.remove(&key.uid);
@@ -597,7 +598,7 @@ impl<'a, D: VolumeDriver> Attempt<'a, D> {
                 volume_id: volume_id.to_owned(),
                 secrets: secrets.clone(),
             };
-            match self.ctx.driver.delete_volume(request).await {
+            match self.ctx.driver.delete_volume(request, false).await {
                 Ok(()) => return Ok(()),
                 Err(err) => last = err,
             }

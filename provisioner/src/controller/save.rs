@@ -248,7 +248,8 @@ async fn delete_volume<D: VolumeDriver>(
         .await
         .map_err(|err| csi_common::logging::error_chain(&err))?;
     ctx.driver
-        .delete_volume(DeleteVolumeRequest { volume_id, secrets })
+        // A PV this provisioner made: always a CSI volume.
+        .delete_volume(DeleteVolumeRequest { volume_id, secrets }, false)
         .await
         .map_err(|err| err.to_string())
 }

@@ -104,7 +104,7 @@ impl VolumeDriver for FakeDriver {
         })
     }
 
-    async fn delete_volume(&self, request: DeleteVolumeRequest) -> Result<(), CsiError> {
+    async fn delete_volume(&self, request: DeleteVolumeRequest, _: bool) -> Result<(), CsiError> {
         let mut state = self.state.lock().unwrap();
         state.deletes.push(request.clone());
         if let Some(err) = state.delete_script.pop_front() {

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::annotations::{PV_FINALIZER, pv_class_name};
 use crate::csi::VolumeDriver;
-use crate::decide::{VolumeStep, decide_volume, volume_handle};
+use crate::decide::{VolumeStep, decide_volume, volume_to_delete};
 use csi_common::controller::Outcome;
 use csi_common::events::{EventType, reference};
 
@@ -124,8 +124,8 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
         Outcome::Retry
     };
 
-    let volume_id = match volume_handle(volume) {
-        Ok(id) => id.to_owned(),
+    let (volume_id, migrated) = match volume_to_delete(volume) {
+        Ok((id, migrated)) => (id.into_owned(), migrated),
         Err(err) => return failed(err.event_message()),
     };
     if let Some(node) = &ctx.node
@@ -150,7 +150,7 @@ async fn delete<D: VolumeDriver>(ctx: &Context<D>, volume: &PersistentVolume) ->
             Err(err) => return failed(csi_common::logging::error_chain(&err)),
         };
         let request = DeleteVolumeRequest { volume_id, secrets };
-        if let Err(err) = ctx.driver.delete_volume(request).await {
+        if let Err(err) = ctx.driver.delete_volume(request, migrated).await {
             return failed(err.to_string());
         }
         ctx.deleted.storage_deleted(uid);

@@ -513,6 +513,37 @@ fn volume_handle_needs_a_csi_source() {
 }
 
 #[test]
+fn an_in_tree_pv_is_deleted_through_its_translation() {
+    let in_tree = |source: serde_json::Value| -> PersistentVolume {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "pv-1"}, "spec": source}))
+            .unwrap()
+    };
+    let csi = Pv::ours().build();
+    let (id, migrated) = volume_to_delete(&csi).unwrap();
+    assert_eq!((id.as_ref(), migrated), ("vol-1", false));
+    let ebs = in_tree(
+        serde_json::json!({"awsElasticBlockStore": {"volumeID": "aws://us-east-1a/vol-2"}}),
+    );
+    let (id, migrated) = volume_to_delete(&ebs).unwrap();
+    assert_eq!((id.as_ref(), migrated), ("vol-2", true));
+    let cases = [
+        (
+            serde_json::json!({"awsElasticBlockStore": {"volumeID": "aws://us-east-1a/bad"}}),
+            // external-provisioner's `Delete` returns csi-translation-lib's error as it is.
+            "failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume (aws://us-east-1a/bad)",
+        ),
+        (
+            serde_json::json!({"nfs": {"server": "s", "path": "/"}}),
+            "invalid CSI PV",
+        ),
+    ];
+    for (source, want) in cases {
+        let err = volume_to_delete(&in_tree(source)).unwrap_err();
+        assert_eq!(err.event_message(), want);
+    }
+}
+
+#[test]
 fn pv_class_name_prefers_the_beta_annotation() {
     let mut pv = Pv::ours().build();
     assert_eq!(pv_class_name(&pv), "");

@@ -184,6 +184,47 @@ fn a_cached_volume_reads_as_the_real_volume_but_for_in_tree_sources_and_status_d
 }
 
 #[test]
+fn a_cached_volume_keeps_the_in_tree_sources_csi_migration_translates() {
+    for (key, source) in [
+        (
+            "awsElasticBlockStore",
+            json!({"volumeID": "aws://us-east-1a/vol-1", "fsType": "xfs", "partition": 1, "readOnly": true}),
+        ),
+        (
+            "gcePersistentDisk",
+            json!({"pdName": "disk", "fsType": "ext4", "partition": 2}),
+        ),
+        (
+            "azureDisk",
+            json!({"diskName": "d", "diskURI": "/d", "kind": "Managed", "cachingMode": "None"}),
+        ),
+        (
+            "azureFile",
+            json!({"secretName": "s", "secretNamespace": "ns", "shareName": "share"}),
+        ),
+        (
+            "cinder",
+            json!({"volumeID": "c-1", "secretRef": {"name": "s"}}),
+        ),
+        (
+            "vsphereVolume",
+            json!({"volumePath": "[ds] v.vmdk", "storagePolicyName": "gold"}),
+        ),
+        (
+            "portworxVolume",
+            json!({"volumeID": "px-1", "readOnly": true}),
+        ),
+    ] {
+        let mut json = volume_json();
+        json["spec"]["csi"] = Value::Null;
+        json["spec"]["nfs"] = Value::Null;
+        json["spec"][key] = source;
+        let real: real::PersistentVolume = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(cached_volume(json).to_full(), kept_volume(real), "{key}");
+    }
+}
+
+#[test]
 fn absent_and_null_fields_read_as_k8s_openapi_reads_them() {
     for value in [
         json!({}),
