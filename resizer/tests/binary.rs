@@ -543,13 +543,6 @@ async fn a_standby_finishes_a_burst_after_the_leader_is_killed_without_expanding
     );
 }
 
-fn free_port() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn lease_metrics_and_health_use_upstreams_names() {
     let cluster = Cluster::start(no_node_expansion()).await;

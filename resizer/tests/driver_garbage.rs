@@ -21,10 +21,7 @@ async fn garbage_then_good(answered: i64) {
         when: When::Nth(1),
         action: Action::Garbage(Garbage::ExpandedCapacity(answered)),
     });
-    let http = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let http = free_port();
     let _resizer = cluster.resizer(&[&format!("--http-endpoint={http}")]);
     cluster.request("2Gi").await;
 

@@ -16,7 +16,7 @@ use testbed_cluster::apiserver::ApiServer;
 use testbed_mock_csi::{Method, MockDriverConfig};
 use testbed_support::wait::eventually;
 
-use crate::support::{Cluster, TIMEOUT, condition_message};
+use crate::support::{Cluster, TIMEOUT, condition_message, free_port};
 
 const EBS: &str = "ebs.csi.aws.com";
 
@@ -58,10 +58,7 @@ async fn an_in_tree_ebs_volume_is_expanded_as_its_translation_and_labelled_migra
     // A second in-tree claim whose volume ID names no EBS volume.
     cluster.add_claim(2, in_tree("aws://us-east-1a/bad")).await;
     delegate(&cluster, "data-2").await;
-    let http = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let http = free_port();
     let _resizer = cluster.resizer(&[&format!("--http-endpoint={http}")]);
     cluster.request("2Gi").await;
     cluster.request_of("data-2", "2Gi").await;

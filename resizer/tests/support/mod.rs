@@ -327,6 +327,14 @@ impl Cluster {
     }
 }
 
+/// A free local port for `--http-endpoint`.
+pub(crate) fn free_port() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
 pub(crate) fn storage(size: &str) -> BTreeMap<String, Quantity> {
     BTreeMap::from([("storage".into(), Quantity(size.into()))])
 }
