@@ -76,6 +76,17 @@ pub(crate) fn decide_claim(
         });
     };
     if class.provisioner != driver_name {
+        // kube-controller-manager names a migration driver as the storage provisioner of a
+        // claim whose class is the in-tree plugin's: upstream provisions it (spec §6.5), this
+        // provisioner cannot yet, and says so rather than leave the claim silently Pending.
+        let in_tree = migration::Plugin::of_csi_driver(driver_name)
+            .is_some_and(|plugin| plugin.in_tree_name() == class.provisioner);
+        if in_tree {
+            return ClaimStep::Fail(PlanError::MigratedClass {
+                class: class.metadata.name.clone().unwrap_or_default(),
+                provisioner: class.provisioner.clone(),
+            });
+        }
         // The class was changed to another provisioner after the annotation was set.
         return ClaimStep::Ignore;
     }

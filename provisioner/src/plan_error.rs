@@ -177,6 +177,19 @@ pub(crate) enum PlanError {
     /// its text alone, as upstream's `Delete` returns it.
     #[error(transparent)]
     Translation(csi_common::migration::TranslationError),
+    /// A claim of an in-tree StorageClass that kube-controller-manager handed to this
+    /// migration driver: upstream provisions it through csi-translation-lib, this provisioner
+    /// does not (docs/compatibility.md). Said on the claim instead of leaving it silently
+    /// Pending.
+    #[error(
+        "provisioning a volume of the in-tree StorageClass {class:?} (provisioner {provisioner:?}) through CSI migration is not supported by this csi-provisioner"
+    )]
+    MigratedClass {
+        /// The StorageClass.
+        class: String,
+        /// Its in-tree provisioner name.
+        provisioner: String,
+    },
     /// The clone or snapshot source cannot be used (yet).
     #[error(transparent)]
     Source(SourceError),
@@ -206,7 +219,8 @@ impl PlanError {
             | Self::AccessMode(_)
             | Self::StripParameters(_)
             | Self::InvalidCsiPv
-            | Self::Translation(_) => ProvisioningState::Finished,
+            | Self::Translation(_)
+            | Self::MigratedClass { .. } => ProvisioningState::Finished,
             // The node the scheduler picked is gone: let it pick another.
             Self::SelectedCsiNodeNotFound { .. } => ProvisioningState::Reschedule,
             // Upstream returns NoChange for these: an earlier in-background attempt stays in
@@ -223,7 +237,7 @@ impl PlanError {
     /// changes it, which takes seconds to minutes; retrying from one second on would only
     /// repeat the same Event (beyond upstream, which uses the normal backoff).
     pub(crate) fn retries_slowly(&self) -> bool {
-        matches!(self, Self::Source(_))
+        matches!(self, Self::Source(_) | Self::MigratedClass { .. })
     }
 
     /// Upstream's `IgnoredError`: stop working on the claim without a `ProvisioningFailed`

@@ -218,6 +218,43 @@ fn decide_claim_picks_our_unbound_claims() {
 }
 
 #[test]
+fn a_claim_of_an_in_tree_class_handed_to_a_migration_driver_fails_with_a_clear_error() {
+    const EBS: &str = "ebs.csi.aws.com";
+    let claim = pvc(&[(ANN_STORAGE_PROVISIONER, EBS)], Some("gold"), None);
+    let step = decide_claim(EBS, &claim, Some(&class("kubernetes.io/aws-ebs", None)));
+    let ClaimStep::Fail(err) = step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(
+        err.event_message(),
+        r#"provisioning a volume of the in-tree StorageClass "gold" (provisioner "kubernetes.io/aws-ebs") through CSI migration is not supported by this csi-provisioner"#
+    );
+    assert!(err.emits_event() && err.retries_slowly());
+    assert_eq!(
+        err.state(),
+        crate::plan_error::ProvisioningState::Finished,
+        "nothing reached the driver"
+    );
+    // Another plugin's in-tree class, or a driver no plugin migrated to: not ours, as before.
+    let cases = [
+        (EBS, "kubernetes.io/gce-pd"),
+        (DRIVER, "kubernetes.io/aws-ebs"),
+    ];
+    for (driver, provisioner) in cases {
+        let claim = pvc(&[(ANN_STORAGE_PROVISIONER, driver)], Some("gold"), None);
+        assert_eq!(
+            summarize(decide_claim(
+                driver,
+                &claim,
+                Some(&class(provisioner, None))
+            )),
+            Want::Ignore,
+            "{driver} {provisioner}"
+        );
+    }
+}
+
+#[test]
 fn class_names_prefer_the_beta_annotation() {
     assert_eq!(claim_class_name(&pvc(&[], Some("gold"), None)), "gold");
     assert_eq!(claim_class_name(&pvc(&[], None, None)), "");
