@@ -182,16 +182,17 @@ impl PersistentVolume {
         let in_tree = spec.as_mut().and_then(VolumeSpecWire::take_in_tree);
         let mut metadata = wire.metadata;
         // A GCE PD's translation reads its zone labels; no other PV's labels are read.
-        let zone_labels = in_tree.as_ref().and(metadata.labels.take()).map(|labels| {
-            labels
+        let zone_labels = match (&in_tree, metadata.labels.take()) {
+            (Some(_), Some(labels)) => labels
                 .into_iter()
                 .filter(|(key, _)| {
                     key == migration::BETA_ZONE_LABEL || key == migration::ZONE_LABEL
                 })
-                .collect::<BTreeMap<_, _>>()
-        });
+                .collect(),
+            _ => BTreeMap::new(),
+        };
         let meta = ObjectMeta {
-            labels: zone_labels.filter(|labels| !labels.is_empty()),
+            labels: (!zone_labels.is_empty()).then_some(zone_labels),
             ..trim_meta(metadata)
         };
         Self {
